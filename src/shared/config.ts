@@ -1,0 +1,172 @@
+/**
+ * Configuration: one table of every environment variable, its parser and default.
+ * A bad value names the variable and what it expects; loadConfig throws ConfigError and
+ * the CLI exits non-zero. Later capabilities add their variables to SPEC below.
+ */
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`Invalid configuration:\n  - ${problems.join('\n  - ')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+type Parser<T> = { parse(raw: string, name: string): T; expects: string };
+
+const str: Parser<string> = { parse: (v) => v, expects: 'a string' };
+const port: Parser<number> = {
+  expects: 'a TCP port number from 0 to 65535',
+  parse(v, name) {
+    const n = Number(v);
+    if (!/^\d+$/.test(v) || n > 65535) throw new Error(`${name} must be ${this.expects}, got "${v}"`);
+    return n;
+  },
+};
+const posInt: Parser<number> = {
+  expects: 'a positive whole number',
+  parse(v, name) {
+    const n = Number(v);
+    if (!/^\d+$/.test(v) || n < 1) throw new Error(`${name} must be ${this.expects}, got "${v}"`);
+    return n;
+  },
+};
+const num: Parser<number> = {
+  expects: 'a number',
+  parse(v, name) {
+    const n = Number(v);
+    if (v.trim() === '' || !Number.isFinite(n)) throw new Error(`${name} must be ${this.expects}, got "${v}"`);
+    return n;
+  },
+};
+const bool: Parser<boolean> = {
+  expects: 'true or false',
+  parse(v, name) {
+    const s = v.trim().toLowerCase();
+    if (['true', '1', 'yes', 'on'].includes(s)) return true;
+    if (['false', '0', 'no', 'off'].includes(s)) return false;
+    throw new Error(`${name} must be ${this.expects}, got "${v}"`);
+  },
+};
+const url = (protocols: string[]): Parser<string> => ({
+  expects: `a URL (${protocols.join(', ')})`,
+  parse(v, name) {
+    let u: URL;
+    try {
+      u = new URL(v);
+    } catch {
+      throw new Error(`${name} must be ${this.expects}, got an unparseable value`);
+    }
+    if (!protocols.includes(u.protocol.replace(/:$/, ''))) {
+      throw new Error(`${name} must be ${this.expects}, got protocol "${u.protocol}"`);
+    }
+    return v.replace(/\/+$/, '');
+  },
+});
+const oneOf = <T extends string>(values: readonly T[]): Parser<T> => ({
+  expects: `one of ${values.join(', ')}`,
+  parse(v, name) {
+    if (!values.includes(v as T)) throw new Error(`${name} must be ${this.expects}, got "${v}"`);
+    return v as T;
+  },
+});
+const list: Parser<string[]> = {
+  expects: 'a comma-separated list',
+  parse: (v) =>
+    v
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
+};
+
+export const EMAIL_PROVIDERS = ['mta', 'ses', 'resend', 'smtp', 'mandrill'] as const;
+export const ROLES = ['backend', 'mta', 'all'] as const;
+export type Role = (typeof ROLES)[number];
+
+interface VarSpec<T> {
+  parser: Parser<T>;
+  default?: T;
+  secret?: boolean;
+  doc: string;
+}
+const v = <T>(parser: Parser<T>, doc: string, extra: { default?: T; secret?: boolean } = {}): VarSpec<T> => ({
+  parser,
+  doc,
+  ...extra,
+});
+
+export const SPEC = {
+  NODE_ENV: v(oneOf(['development', 'production', 'test'] as const), 'runtime mode; production enforces required secrets', { default: 'development' }),
+  LOG_LEVEL: v(oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const), 'log level', { default: 'info' }),
+  HOST: v(str, 'address the HTTP servers listen on', { default: '0.0.0.0' }),
+  PORT: v(port, 'backend HTTP port', { default: 3000 }),
+  MTA_PORT: v(port, 'MTA HTTP port', { default: 3001 }),
+  DATA_DIR: v(str, 'embedded PostgreSQL data and first-boot secrets', { default: './data' }),
+  DATABASE_URL: v(url(['postgres', 'postgresql']), 'external PostgreSQL 15+ (unset: embedded)', { secret: true }),
+  REDIS_URL: v(url(['redis', 'rediss']), 'Redis for shared coordination (unset: process memory)', { secret: true }),
+  BASE_URL: v(url(['http', 'https']), 'public base URL of the backend (links in emails)'),
+  ORGANIZATION_NAME: v(str, 'display name of the organization', { default: 'Lettermill' }),
+  ADMIN_TOKEN: v(str, 'Bearer token of the admin API', { secret: true }),
+  EMAIL_PROVIDER: v(oneOf(EMAIL_PROVIDERS), 'sending provider (unset: sends are refused)'),
+  MTA_URL: v(url(['http', 'https']), 'where the backend reaches the MTA'),
+  MTA_API_KEY: v(str, 'MTA master key', { secret: true }),
+  MTA_WEBHOOK_URL: v(url(['http', 'https']), 'where the MTA posts its events'),
+  MTA_WEBHOOK_SECRET: v(str, 'HMAC secret shared by the MTA and the backend', { secret: true }),
+  RESEND_WEBHOOK_SECRET: v(str, 'Resend (Svix) webhook secret, whsec_...', { secret: true }),
+  RELAY_WEBHOOK_SECRET: v(str, 'generic relay webhook secret', { secret: true }),
+  MANDRILL_WEBHOOK_KEY: v(str, 'Mandrill webhook key', { secret: true }),
+  BOUNCE_VERP_KEY: v(str, 'VERP and CFBL token key', { secret: true }),
+  BOUNCE_HOST: v(str, 'host part of VERP and CFBL addresses'),
+  DNS_SERVERS: v(list, 'resolvers host[:port] for every MTA DNS lookup (unset: system)'),
+  MTA_DELIVERY_PORT: v(port, 'remote SMTP port for delivery', { default: 25 }),
+  MTA_POOLS: v(str, 'sending IPs by pool: pool:ip@ehlo,ip@ehlo;pool:...'),
+  WEBHOOK_ALLOW_HOSTS: v(list, 'hosts exempt from the outbound private-address rule', { default: [] }),
+  WORKER_CONCURRENCY: v(posInt, 'MTA delivery groups processed in parallel', { default: 50 }),
+  CONTENT_SCREENING_ENABLED: v(bool, 'pipeline phase 1 on/off', { default: true }),
+  CONTENT_MAX_SIZE_KB: v(posInt, 'largest HTML body accepted by screening', { default: 500 }),
+  SPAMSCORER_URL: v(url(['http', 'https']), 'optional spam scorer'),
+  SPAMSCORER_REJECT_THRESHOLD: v(num, 'scorer score above which a message is screened', { default: 15 }),
+  SMTP_POOL_GLOBAL_MAX_PER_HOST: v(posInt, 'connections per MX host across all instances', { default: 10 }),
+  DKIM_KEYS: v(str, 'DKIM keys seeded at start (JSON array of {domain, selector, privateKey})', { secret: true }),
+  QUEUE_MAX_DEPTH: v(posInt, 'pending MTA jobs above which POST /send answers 429', { default: 1_000_000 }),
+} as const;
+
+type SpecOf = typeof SPEC;
+type ValueOf<S> = S extends VarSpec<infer T> ? T : never;
+type HasDefault<S> = S extends { default: any } ? true : false;
+
+export type Config = {
+  [K in keyof SpecOf]: HasDefault<SpecOf[K]> extends true ? ValueOf<SpecOf[K]> : ValueOf<SpecOf[K]> | undefined;
+};
+
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const out: Record<string, unknown> = {};
+  const problems: string[] = [];
+  for (const [name, spec] of Object.entries(SPEC) as [string, VarSpec<unknown>][]) {
+    const raw = env[name];
+    if (raw === undefined || raw === '') {
+      out[name] = spec.default;
+      continue;
+    }
+    try {
+      out[name] = spec.parser.parse(raw, name);
+    } catch (err) {
+      problems.push((err as Error).message);
+    }
+  }
+  if (problems.length) throw new ConfigError(problems);
+  return out as Config;
+}
+
+/** Names of variables whose values must never be printed. */
+export const SECRET_NAMES: ReadonlySet<string> = new Set(
+  Object.entries(SPEC)
+    .filter(([, s]) => (s as VarSpec<unknown>).secret)
+    .map(([n]) => n),
+);
+
+/** Every variable with its expectation, for `lettermill help` and the README. */
+export function describeConfig(): { name: string; expects: string; default?: unknown; doc: string }[] {
+  return Object.entries(SPEC).map(([name, s]) => {
+    const spec = s as VarSpec<unknown>;
+    return { name, expects: spec.parser.expects, default: spec.default, doc: spec.doc };
+  });
+}

@@ -1,0 +1,59 @@
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+
+export function hmacSha256(key: string | Buffer, data: string | Buffer): Buffer {
+  return createHmac('sha256', key).update(data).digest();
+}
+
+export function hmacSha256Hex(key: string | Buffer, data: string | Buffer): string {
+  return hmacSha256(key, data).toString('hex');
+}
+
+export function sha256Hex(data: string | Buffer): string {
+  return createHash('sha256').update(data).digest('hex');
+}
+
+/**
+ * Constant-time equality for secrets of any length: both sides are hashed first so the
+ * comparison never short-circuits on length or content.
+ */
+export function safeEqual(a: string | Buffer, b: string | Buffer): boolean {
+  const ha = createHash('sha256').update(a).digest();
+  const hb = createHash('sha256').update(b).digest();
+  return timingSafeEqual(ha, hb) && Buffer.byteLength(a) === Buffer.byteLength(b);
+}
+
+/** Unguessable token: `bytes` random bytes, base64url (no padding). */
+export function randomToken(bytes = 32): string {
+  return randomBytes(bytes).toString('base64url');
+}
+
+const ALNUM = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+/** Random string of `length` characters drawn uniformly (rejection sampling, no modulo bias). */
+export function randomString(length: number, alphabet = ALNUM): string {
+  const out: string[] = [];
+  const limit = 256 - (256 % alphabet.length);
+  while (out.length < length) {
+    for (const byte of randomBytes(length * 2)) {
+      if (byte < limit) out.push(alphabet[byte % alphabet.length]!);
+      if (out.length === length) break;
+    }
+  }
+  return out.join('');
+}
+
+const CROCKFORD = '0123456789abcdefghjkmnpqrstvwxyz';
+
+/**
+ * Time-ordered id: `<prefix>_` + 10 chars of millisecond time + 16 random chars (Crockford
+ * base32). Sorting by id sorts by creation time, which keeps B-tree inserts local.
+ */
+export function newId(prefix: string, nowMs: number = Date.now()): string {
+  let t = nowMs;
+  let time = '';
+  for (let i = 0; i < 10; i++) {
+    time = CROCKFORD[t % 32] + time;
+    t = Math.floor(t / 32);
+  }
+  return `${prefix}_${time}${randomString(16, CROCKFORD)}`;
+}

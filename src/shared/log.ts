@@ -1,0 +1,43 @@
+import { pino, type Logger } from 'pino';
+
+export type { Logger };
+
+/** Paths whose values are never written to logs. */
+export const REDACT_PATHS = [
+  'password',
+  'secret',
+  'token',
+  'apiKey',
+  'key',
+  'privateKey',
+  '*.password',
+  '*.secret',
+  '*.token',
+  '*.apiKey',
+  '*.key',
+  '*.privateKey',
+  'req.headers.authorization',
+  'req.headers.cookie',
+  'headers.authorization',
+  'config.ADMIN_TOKEN',
+  'config.MTA_API_KEY',
+  'config.MTA_WEBHOOK_SECRET',
+  'config.BOUNCE_VERP_KEY',
+  'config.DATABASE_URL',
+  'config.REDIS_URL',
+];
+
+export function createLogger(opts: { level?: string; name?: string; destination?: pino.DestinationStream } = {}): Logger {
+  return pino(
+    {
+      level: opts.level ?? 'info',
+      name: opts.name ?? 'lettermill',
+      redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+      timestamp: pino.stdTimeFunctions.isoTime,
+    },
+    opts.destination,
+  );
+}
+
+/** A logger that writes nothing (tests, benchmarks). */
+export const silentLogger: Logger = pino({ level: 'silent' });

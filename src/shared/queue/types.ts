@@ -1,0 +1,72 @@
+/**
+ * Durable job queue on PostgreSQL (see queue.ts). Shared by MTA deliveries and backend
+ * webhook deliveries.
+ */
+export type JobState = 'pending' | 'active' | 'completed' | 'failed' | 'cancelled';
+
+export interface QueueOptions {
+  /** Queue name: several queues share the tables. */
+  name: string;
+  maxAttempts: number;
+  /** Delay before retry n (index n-1); the last entry repeats. */
+  backoffMs: number[];
+  /** Lease length: an active job whose lease passes is taken back (worker died). */
+  timeoutMs: number;
+  /** How many completed / failed jobs to keep (count-based retention). */
+  retainCompleted: number;
+  retainFailed: number;
+}
+
+export interface EnqueueInput<P> {
+  groupKey: string;
+  payload: P;
+  /** Lower runs first within a group. Default 0. */
+  priority?: number;
+  /** Epoch ms; default now. */
+  runAt?: number;
+  /** Indexed field for filters and bulk cancel (an organization). */
+  orgId?: string | null;
+  /** Optional unique key: a second enqueue with the same key returns the first job. */
+  dedupeKey?: string | null;
+}
+
+export interface AttemptRecord {
+  attempt: number;
+  startedAt: string;
+  finishedAt: string;
+  outcome: 'completed' | 'retry' | 'deferred' | 'failed' | 'lease_expired';
+  error?: string;
+}
+
+export interface Job<P = unknown> {
+  id: string;
+  queue: string;
+  groupKey: string;
+  priority: number;
+  payload: P;
+  state: JobState;
+  attempts: number;
+  maxAttempts: number;
+  runAt: number;
+  orgId: string | null;
+  createdAt: number;
+  finishedAt: number | null;
+  lastError: string | null;
+  history: AttemptRecord[];
+}
+
+/** What a handler decides for a claimed job. */
+export type JobOutcome =
+  | { type: 'complete' }
+  | { type: 'retry'; error: string; delayMs?: number }
+  | { type: 'defer'; delayMs: number; reason: string }
+  | { type: 'fail'; error: string };
+
+export interface QueueStats {
+  pending: number;
+  active: number;
+  completed: number;
+  failed: number;
+  delayed: number;
+  cancelled: number;
+}
