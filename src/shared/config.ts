@@ -87,11 +87,11 @@ interface VarSpec<T> {
   secret?: boolean;
   doc: string;
 }
-const v = <T>(parser: Parser<T>, doc: string, extra: { default?: T; secret?: boolean } = {}): VarSpec<T> => ({
-  parser,
-  doc,
-  ...extra,
-});
+function v<T>(parser: Parser<T>, doc: string, extra: { default: T; secret?: boolean }): VarSpec<T> & { default: T };
+function v<T>(parser: Parser<T>, doc: string, extra?: { secret?: boolean }): VarSpec<T>;
+function v<T>(parser: Parser<T>, doc: string, extra: { default?: T; secret?: boolean } = {}): VarSpec<T> {
+  return { parser, doc, ...extra };
+}
 
 export const SPEC = {
   NODE_ENV: v(oneOf(['development', 'production', 'test'] as const), 'runtime mode; production enforces required secrets', { default: 'development' }),
@@ -134,7 +134,7 @@ type ValueOf<S> = S extends VarSpec<infer T> ? T : never;
 type HasDefault<S> = S extends { default: any } ? true : false;
 
 export type Config = {
-  [K in keyof SpecOf]: HasDefault<SpecOf[K]> extends true ? ValueOf<SpecOf[K]> : ValueOf<SpecOf[K]> | undefined;
+  -readonly [K in keyof SpecOf]: HasDefault<SpecOf[K]> extends true ? ValueOf<SpecOf[K]> : ValueOf<SpecOf[K]> | undefined;
 };
 
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {

@@ -15,6 +15,8 @@ export interface QueueOptions {
   /** How many completed / failed jobs to keep (count-based retention). */
   retainCompleted: number;
   retainFailed: number;
+  /** How many cancelled jobs to keep; default retainFailed. */
+  retainCancelled?: number;
 }
 
 export interface EnqueueInput<P> {
@@ -36,6 +38,8 @@ export interface AttemptRecord {
   finishedAt: string;
   outcome: 'completed' | 'retry' | 'deferred' | 'failed' | 'lease_expired';
   error?: string;
+  /** The reason given for a deferral. */
+  reason?: string;
 }
 
 export interface Job<P = unknown> {
@@ -45,11 +49,20 @@ export interface Job<P = unknown> {
   priority: number;
   payload: P;
   state: JobState;
+  /** Attempts consumed; a claimed job counts its current attempt (1 on the first run). */
   attempts: number;
   maxAttempts: number;
+  /** Times claimed (deferrals included): the lease token a finish must present. */
+  claims: number;
   runAt: number;
   orgId: string | null;
+  dedupeKey: string | null;
   createdAt: number;
+  /** Start of the latest claim. */
+  startedAt: number | null;
+  /** While active: when the lease passes and the job is taken back. */
+  leaseUntil: number | null;
+  lockedBy: string | null;
   finishedAt: number | null;
   lastError: string | null;
   history: AttemptRecord[];

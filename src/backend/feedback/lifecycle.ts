@@ -1,0 +1,113 @@
+/**
+ * The one normalized delivery lifecycle every feedback source is translated into. Routes
+ * verify and translate; only the pipeline (pipeline.ts) applies effects.
+ */
+
+export const FEEDBACK_SOURCES = ['mta', 'ses', 'resend', 'mandrill', 'relay'] as const;
+export type FeedbackSource = (typeof FEEDBACK_SOURCES)[number];
+
+export const LIFECYCLE_STATUSES = [
+  'accepted',
+  'attempted',
+  'sent',
+  'delivered',
+  'bounced',
+  'complained',
+  'failed',
+  'rejected',
+  'suppressed',
+] as const;
+export type LifecycleStatus = (typeof LIFECYCLE_STATUSES)[number];
+
+/**
+ * Closed, recipient-safe vocabulary of suppression reasons: words that may be shown to a
+ * customer or the recipient (preference page, API) without leaking a provider's internals,
+ * another sender's data or raw SMTP text. Provider strings map into it in policy.ts.
+ */
+export const SUPPRESSION_REASONS = [
+  'hard_bounce',
+  'complaint',
+  'unsubscribed',
+  'invalid_address',
+  'manual',
+  'policy',
+  'unknown',
+] as const;
+export type SuppressionReason = (typeof SUPPRESSION_REASONS)[number];
+
+export interface BounceInfo {
+  type: 'hard' | 'soft';
+  /** Sisimai vocabulary, lower case (userunknown, mailboxfull, ...); `undefined` when unknown. */
+  reason: string;
+  /** Provider or SMTP text, truncated; for operators, never sent to recipients. */
+  diagnostic?: string;
+}
+
+export interface LifecycleEvent {
+  kind: 'lifecycle';
+  source: FeedbackSource;
+  /** Provider event id: the de-duplication key together with `source`. */
+  eventId: string;
+  status: LifecycleStatus;
+  /** Lower-cased address, when the event concerns one recipient. */
+  recipient: string | null;
+  /** The provider's id of the message (what the send recorded when it was handed over). */
+  providerMessageId: string | null;
+  /** Our send id when the provider echoes it back (metadata, tags, headers). */
+  sendId: string | null;
+  /** When the provider says it happened (ms). */
+  occurredAt: number;
+  bounce?: BounceInfo;
+  complaint?: { feedbackType: string | null };
+  suppression?: { reason: SuppressionReason };
+}
+
+export const MTA_OPERATIONAL_EVENTS = ['org.circuit_breaker', 'ip.blocklisted', 'ip.delisted', 'ip.warming_complete', 'all_ips_blocked'] as const;
+export type MtaOperationalEventName = (typeof MTA_OPERATIONAL_EVENTS)[number];
+
+export interface InboundMessage {
+  messageId: string | null;
+  from: string;
+  to: string[];
+  subject: string;
+  text: string | null;
+  html: string | null;
+  inReplyTo: string | null;
+  references: string[];
+  receivedAt: number;
+  /** Everything else the MTA sent (authentication results, headers, route). */
+  extra: Record<string, unknown>;
+}
+
+export interface InboundEvent {
+  kind: 'inbound';
+  source: 'mta';
+  eventId: string;
+  occurredAt: number;
+  message: InboundMessage;
+}
+
+export interface OperationalEvent {
+  kind: 'operational';
+  source: 'mta';
+  eventId: string;
+  event: MtaOperationalEventName;
+  severity: 'info' | 'warning' | 'critical';
+  occurredAt: number;
+  organizationId: string | null;
+  ip: string | null;
+  data: Record<string, unknown>;
+}
+
+export type FeedbackEvent = LifecycleEvent | InboundEvent | OperationalEvent;
+
+/**
+ * What a translator returns: events to apply, or a reason the request was acknowledged
+ * without effect (Resend's ignored types, Mandrill's validation ping).
+ */
+export type Translation = { events: FeedbackEvent[]; ignored?: undefined } | { events: []; ignored: string };
+
+/** A verified request whose content is unusable: 400 in the envelope, nothing applied. */
+export class FeedbackFormatError extends Error {
+  override name = 'FeedbackFormatError';
+}

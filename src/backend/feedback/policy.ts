@@ -1,0 +1,118 @@
+/**
+ * Feedback policy as data: how provider vocabularies map into ours, how statuses order,
+ * which outcomes suppress an address and which emit customer events. Operators tune here.
+ */
+import type { LifecycleStatus, SuppressionReason } from './lifecycle.js';
+
+/**
+ * Order of a send's status. A status only replaces one of lower or equal rank, so late or
+ * out-of-order feedback (a `sent` after `delivered`) never moves a send backwards, and a
+ * complaint after delivery still shows.
+ */
+export const STATUS_RANK: Record<LifecycleStatus, number> = {
+  accepted: 10,
+  attempted: 20,
+  sent: 30,
+  delivered: 40,
+  failed: 50,
+  rejected: 50,
+  suppressed: 50,
+  bounced: 50,
+  complained: 60,
+};
+
+/** Customer webhook event emitted for a lifecycle status (others emit none). */
+export const CUSTOMER_EVENT: Partial<Record<LifecycleStatus, string>> = {
+  sent: 'email.sent',
+  delivered: 'email.delivered',
+  bounced: 'email.bounced',
+  complained: 'email.complained',
+};
+
+/** Suppression reasons that put an address on the blocklist when a provider reports them. */
+export const BLOCKLIST_SUPPRESSION_REASONS: ReadonlySet<SuppressionReason> = new Set(['hard_bounce', 'complaint', 'invalid_address']);
+
+/**
+ * Relay (provider D) suppression reasons → the closed vocabulary. Keys are the provider's
+ * value lower-cased with runs of non-letters turned into `_`. Anything else is `unknown`.
+ */
+export const RELAY_SUPPRESSION_REASONS: Record<string, SuppressionReason> = {
+  hard_bounce: 'hard_bounce',
+  hardbounce: 'hard_bounce',
+  bounce: 'hard_bounce',
+  bounced: 'hard_bounce',
+  permanent_bounce: 'hard_bounce',
+  complaint: 'complaint',
+  spam_complaint: 'complaint',
+  spam_report: 'complaint',
+  complained: 'complaint',
+  abuse: 'complaint',
+  fbl: 'complaint',
+  unsubscribe: 'unsubscribed',
+  unsubscribed: 'unsubscribed',
+  list_unsubscribe: 'unsubscribed',
+  opt_out: 'unsubscribed',
+  invalid: 'invalid_address',
+  invalid_address: 'invalid_address',
+  invalid_recipient: 'invalid_address',
+  invalid_email: 'invalid_address',
+  syntax_error: 'invalid_address',
+  manual: 'manual',
+  manually_added: 'manual',
+  admin: 'manual',
+  policy: 'policy',
+  blocked: 'policy',
+  spam: 'policy',
+  content: 'policy',
+  role_address: 'policy',
+};
+
+/** SES `bounceSubType` → Sisimai reason. */
+export const SES_BOUNCE_SUBTYPES: Record<string, string> = {
+  NoEmail: 'userunknown',
+  Suppressed: 'suppressed',
+  OnAccountSuppressionList: 'suppressed',
+  MailboxFull: 'mailboxfull',
+  MessageTooLarge: 'emailtoolarge',
+  ContentRejected: 'contenterror',
+  AttachmentRejected: 'contenterror',
+};
+
+/** Mandrill `bounce_description` → Sisimai reason. */
+export const MANDRILL_BOUNCE_DESCRIPTIONS: Record<string, string> = {
+  bad_mailbox: 'userunknown',
+  invalid_domain: 'hostunknown',
+  mailbox_full: 'mailboxfull',
+  spam_related: 'spamdetected',
+  policy_related: 'policyviolation',
+  routing_failed: 'networkerror',
+  invalid_content: 'contenterror',
+  message_expired: 'expired',
+  no_mx_record: 'hostunknown',
+};
+
+/**
+ * A few rules that read a reason out of a provider's free-text bounce message (Resend,
+ * relay diagnostics). First match wins. The MTA classifies SMTP replies itself and sends
+ * its reason; this only covers what providers hand us as prose.
+ */
+export const DIAGNOSTIC_RULES: readonly { reason: string; text: RegExp }[] = [
+  { reason: 'suppressed', text: /suppression list|suppressed/i },
+  { reason: 'mailboxfull', text: /mailbox (is )?full|over ?quota|quota exceeded|\b[45]\.2\.2\b/i },
+  { reason: 'userunknown', text: /user unknown|unknown user|no such (user|mailbox|recipient)|(address|mailbox|account|recipient) (does not|doesn't) exist|\b5\.1\.1\b/i },
+  { reason: 'hostunknown', text: /domain (not found|does not exist)|host (not found|unknown)|no mx|\b5\.1\.2\b/i },
+  { reason: 'spamdetected', text: /spam|junk|unsolicited/i },
+  { reason: 'blocked', text: /block ?list|blacklist|blocked|reputation/i },
+  { reason: 'expired', text: /expired|too long|timed? ?out/i },
+];
+
+/** Statuses recorded in the contact's activity (accepted/attempted are provider plumbing). */
+export const ACTIVITY_STATUSES: ReadonlySet<LifecycleStatus> = new Set([
+  'sent',
+  'delivered',
+  'bounced',
+  'complained',
+  'failed',
+  'rejected',
+  'suppressed',
+]);

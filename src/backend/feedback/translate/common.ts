@@ -1,0 +1,93 @@
+import { createHash } from 'node:crypto';
+import { DIAGNOSTIC_RULES, RELAY_SUPPRESSION_REASONS } from '../policy.js';
+import { FeedbackFormatError, type BounceInfo, type SuppressionReason } from '../lifecycle.js';
+
+export type Json = Record<string, unknown>;
+
+export function asObject(v: unknown, what: string): Json {
+  if (!v || typeof v !== 'object' || Array.isArray(v)) throw new FeedbackFormatError(`${what} must be a JSON object`);
+  return v as Json;
+}
+
+export function parseJson(body: Buffer, what = 'Request body'): unknown {
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch {
+    throw new FeedbackFormatError(`${what} is not valid JSON`);
+  }
+}
+
+export function optString(v: unknown, max = 1000): string | null {
+  return typeof v === 'string' && v.trim() !== '' ? v.trim().slice(0, max) : null;
+}
+
+const EMAIL = /^[^\s@<>()",;:]{1,64}@[^\s@<>()",;:]{1,255}$/;
+
+/** A bare address, lower-cased (suppression keys are lower case); null when absent or not an address. */
+export function normEmail(v: unknown): string | null {
+  if (typeof v !== 'string') return null;
+  let s = v.trim();
+  const angle = /<([^<>]+)>\s*$/.exec(s); // "Name <a@b>"
+  if (angle) s = angle[1]!.trim();
+  s = s.toLowerCase();
+  return EMAIL.test(s) ? s : null;
+}
+
+export function requireEmail(v: unknown, field: string): string {
+  const e = normEmail(v);
+  if (!e) throw new FeedbackFormatError(`${field} must be an email address`);
+  return e;
+}
+
+/** ISO string, Unix seconds or Unix milliseconds → ms; `fallback` when absent or unreadable. */
+export function timeMs(v: unknown, fallback: number): number {
+  if (typeof v === 'number' && Number.isFinite(v)) return v < 1e11 ? v * 1000 : v;
+  if (typeof v === 'string' && v.trim() !== '') {
+    if (/^\d+$/.test(v)) return timeMs(Number(v), fallback);
+    const t = Date.parse(v);
+    if (Number.isFinite(t)) return t;
+  }
+  return fallback;
+}
+
+/** Sisimai reason read from a provider's prose; `undefined` (Sisimai's word) when nothing matches. */
+export function reasonFromText(text: string | null | undefined): string {
+  if (text) for (const r of DIAGNOSTIC_RULES) if (r.text.test(text)) return r.reason;
+  return 'undefined';
+}
+
+/** Reasons after which the address can never receive mail (as the MTA's classifier). */
+const HARD_REASONS = new Set(['userunknown', 'hostunknown', 'hasmoved', 'notaccept', 'suppressed']);
+
+/**
+ * Hard or soft from an explicit provider type when there is one (Permanent/Transient,
+ * hard/soft), otherwise from the reason read out of the message.
+ */
+export function classifyBounce(type: string | null, message: string | null, reason?: string): BounceInfo {
+  const r = reason ?? reasonFromText(message);
+  const t = type?.toLowerCase();
+  let hard: boolean;
+  if (t === 'permanent' || t === 'hard' || t === 'hard_bounce' || t === 'hardbounce') hard = true;
+  else if (t === 'transient' || t === 'soft' || t === 'soft_bounce' || t === 'softbounce' || t === 'undetermined') hard = false;
+  else hard = HARD_REASONS.has(r);
+  const out: BounceInfo = { type: hard ? 'hard' : 'soft', reason: r };
+  if (message) out.diagnostic = message.slice(0, 1000);
+  return out;
+}
+
+export function mapSuppressionReason(raw: unknown): SuppressionReason {
+  if (typeof raw !== 'string') return 'unknown';
+  const key = raw.toLowerCase().replace(/[^a-z]+/g, '_').replace(/^_|_$/g, '');
+  return RELAY_SUPPRESSION_REASONS[key] ?? 'unknown';
+}
+
+/** Stable id of a JSON value: sha256 of its key-sorted serialization (survives jsonb round trips). */
+export function canonicalHash(v: unknown): string {
+  const canon = (x: unknown): unknown =>
+    Array.isArray(x)
+      ? x.map(canon)
+      : x && typeof x === 'object'
+        ? Object.fromEntries(Object.keys(x as Json).sort().map((k) => [k, canon((x as Json)[k])]))
+        : x;
+  return createHash('sha256').update(JSON.stringify(canon(v))).digest('hex');
+}

@@ -1,0 +1,121 @@
+/**
+ * The bundled MTA's events: `{ event, timestamp, data, id? }` (see docs/feedback.md for
+ * each data shape). Delivery events become lifecycle events; the rest are operational.
+ */
+import {
+  FeedbackFormatError,
+  MTA_OPERATIONAL_EVENTS,
+  type FeedbackEvent,
+  type MtaOperationalEventName,
+  type OperationalEvent,
+  type Translation,
+} from '../lifecycle.js';
+import { asObject, canonicalHash, classifyBounce, normEmail, optString, parseJson, requireEmail, timeMs, type Json } from './common.js';
+
+const SEVERITY: Record<MtaOperationalEventName, OperationalEvent['severity']> = {
+  'org.circuit_breaker': 'critical',
+  all_ips_blocked: 'critical',
+  'ip.blocklisted': 'warning',
+  'ip.delisted': 'info',
+  'ip.warming_complete': 'info',
+};
+
+function addresses(v: unknown): string[] {
+  const list = Array.isArray(v) ? v : typeof v === 'string' ? v.split(',') : [];
+  return list.map(normEmail).filter((e): e is string => e !== null);
+}
+
+export function translateMta(body: Buffer, nowMs: number): Translation {
+  const root = asObject(parseJson(body), 'MTA event');
+  const event = optString(root.event, 100);
+  if (!event) throw new FeedbackFormatError('MTA event must have an "event" name');
+  const data = asObject(root.data ?? {}, 'MTA event data');
+  const occurredAt = timeMs(root.timestamp, nowMs);
+  // The MTA's event id when it sends one; otherwise the hash of the event itself, which is
+  // the same for a retry of the same event (also after a dead-letter round trip via jsonb).
+  const eventId = optString(root.id, 200) ?? optString(data.eventId, 200) ?? `sha256:${canonicalHash({ event, timestamp: root.timestamp, data })}`;
+  const common = {
+    source: 'mta' as const,
+    eventId,
+    occurredAt,
+    providerMessageId: optString(data.messageId, 300),
+    sendId: optString(data.sendId, 100),
+  };
+
+  switch (event) {
+    case 'sent':
+      return { events: [{ kind: 'lifecycle', ...common, status: 'sent', recipient: requireEmail(data.recipient ?? data.to, 'data.recipient') }] };
+    case 'bounced': {
+      const hardFlag = typeof data.hard === 'boolean' ? (data.hard ? 'hard' : 'soft') : optString(data.bounceType, 20);
+      if (!hardFlag) throw new FeedbackFormatError('A bounced event needs data.bounceType (hard or soft) or data.hard');
+      const reason = optString(data.reason, 50)?.toLowerCase() ?? 'undefined';
+      const bounce = classifyBounce(hardFlag, optString(data.diagnosticCode ?? data.response, 1000), reason);
+      return { events: [{ kind: 'lifecycle', ...common, status: 'bounced', recipient: requireEmail(data.recipient ?? data.to, 'data.recipient'), bounce }] };
+    }
+    case 'complained':
+      return {
+        events: [
+          {
+            kind: 'lifecycle',
+            ...common,
+            status: 'complained',
+            recipient: requireEmail(data.recipient ?? data.to, 'data.recipient'),
+            complaint: { feedbackType: optString(data.feedbackType, 50) },
+          },
+        ],
+      };
+    case 'inbound.received': {
+      const from = optString(data.from, 1000);
+      const to = addresses(data.to);
+      if (!from || to.length === 0) throw new FeedbackFormatError('An inbound.received event needs data.from and data.to');
+      const known = new Set(['messageId', 'from', 'to', 'subject', 'text', 'html', 'inReplyTo', 'references', 'receivedAt', 'eventId']);
+      const extra: Json = {};
+      for (const [k, v] of Object.entries(data)) if (!known.has(k)) extra[k] = v;
+      const refs = Array.isArray(data.references)
+        ? data.references.filter((r): r is string => typeof r === 'string')
+        : typeof data.references === 'string'
+          ? data.references.split(/\s+/).filter(Boolean)
+          : [];
+      const ev: FeedbackEvent = {
+        kind: 'inbound',
+        source: 'mta',
+        eventId,
+        occurredAt,
+        message: {
+          messageId: optString(data.messageId, 998),
+          from,
+          to,
+          subject: typeof data.subject === 'string' ? data.subject.slice(0, 998) : '',
+          text: typeof data.text === 'string' ? data.text : null,
+          html: typeof data.html === 'string' ? data.html : null,
+          inReplyTo: optString(data.inReplyTo, 998),
+          references: refs.slice(0, 100),
+          receivedAt: timeMs(data.receivedAt, occurredAt),
+          extra,
+        },
+      };
+      return { events: [ev] };
+    }
+    default:
+      if ((MTA_OPERATIONAL_EVENTS as readonly string[]).includes(event)) {
+        const name = event as MtaOperationalEventName;
+        return {
+          events: [
+            {
+              kind: 'operational',
+              source: 'mta',
+              eventId,
+              event: name,
+              severity: SEVERITY[name],
+              occurredAt,
+              organizationId: optString(data.organizationId, 200),
+              ip: optString(data.ip, 100),
+              data,
+            },
+          ],
+        };
+      }
+      // A newer MTA may send events this backend does not know: acknowledge, do nothing.
+      return { events: [], ignored: `unknown MTA event ${event}` };
+  }
+}

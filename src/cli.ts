@@ -1,0 +1,75 @@
+#!/usr/bin/env node
+import { parseArgs } from 'node:util';
+import { ConfigError, describeConfig, ROLES, type Role } from './shared/config.js';
+import { migrateOnly, startLettermill, type Running } from './runtime/boot.js';
+
+const USAGE = `Usage: lettermill <command> [options]
+
+Commands:
+  serve [--role backend|mta|all]   start the given role (default: all, in one process)
+  migrate                          apply database migrations and exit
+  config                           list every configuration variable
+  help                             show this help
+`;
+
+function fail(message: string, code = 1): never {
+  process.stderr.write(`${message}\n`);
+  process.exit(code);
+}
+
+async function serve(role: Role): Promise<void> {
+  let starting: Promise<Running> | undefined;
+  let stopping = 0;
+  const shutdown = async (signal: string) => {
+    // Ctrl+C under `npm start` delivers SIGINT twice (terminal group + npm forwarding), so
+    // only a repeat well after the first one means "stop waiting".
+    if (stopping) {
+      if (Date.now() - stopping < 3000) return;
+      process.stderr.write(`${signal} again: exiting without waiting\n`);
+      process.exit(130);
+    }
+    stopping = Date.now();
+    process.stderr.write(`${signal}: shutting down\n`);
+    // A signal during start-up waits for it, so nothing half-started is left behind.
+    await starting?.then((r) => r.stop(), () => {});
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  starting = startLettermill({ role });
+  await starting;
+}
+
+async function main(argv: string[]): Promise<void> {
+  const [command = 'help', ...rest] = argv;
+  switch (command) {
+    case 'serve': {
+      const { values } = parseArgs({ args: rest, options: { role: { type: 'string', default: 'all' } } });
+      if (!ROLES.includes(values.role as Role)) fail(`--role must be one of ${ROLES.join(', ')}, got "${values.role}"`, 2);
+      return serve(values.role as Role);
+    }
+    case 'migrate': {
+      const applied = await migrateOnly();
+      process.stdout.write(applied.length ? `applied: ${applied.join(', ')}\n` : 'database is up to date\n');
+      return;
+    }
+    case 'config':
+      for (const v of describeConfig()) {
+        const def = v.default === undefined ? '' : ` (default: ${JSON.stringify(v.default)})`;
+        process.stdout.write(`${v.name.padEnd(30)} ${v.doc}; ${v.expects}${def}\n`);
+      }
+      return;
+    case 'help':
+    case '--help':
+    case '-h':
+      process.stdout.write(USAGE);
+      return;
+    default:
+      fail(`unknown command "${command}"\n\n${USAGE}`, 2);
+  }
+}
+
+main(process.argv.slice(2)).catch((err) => {
+  if (err instanceof ConfigError) fail(err.message, 78); // EX_CONFIG
+  fail(`lettermill: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
+});

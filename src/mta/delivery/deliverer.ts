@@ -1,0 +1,306 @@
+/**
+ * The delivery engine: for each job that passed the pipeline, build the message, sign it
+ * with DKIM, resolve the recipient's MX hosts and hand it over on a pooled SMTP connection
+ * bound to the route's IP, then classify what the remote said. It never throws: every
+ * outcome is a DeliveryResult the pipeline applies.
+ */
+import { randomBytes } from 'node:crypto';
+import { isIP } from 'node:net';
+import { Counter, register as defaultRegistry, type Registry } from 'prom-client';
+import type { Clock } from '../../shared/clock.js';
+import type { Coordination } from '../../shared/coord/types.js';
+import type { Logger } from '../../shared/log.js';
+import { classifyReply, parseReply, reasonFor } from './classify.js';
+import { DkimKeyCache, type KeySource } from './dkim/keys.js';
+import { dkimSign } from './dkim/sign.js';
+import { buildMessage, MessageBuildError, parseMailbox, stableMessageId } from './mime.js';
+import { MxResolver } from './mx.js';
+import { ConnectionPool, PoolBusyError, PoolClosedError, type PoolSettings } from './pool.js';
+import { ProvenanceStore } from './provenance.js';
+import { DELIVERY } from './settings.js';
+import { SmtpSession, toFailure, type SmtpFailure, type TlsPolicy } from './smtp.js';
+import type { Deliverer, DeliveryResult, DeliveryRoute, OutboundMessage } from './types.js';
+import { verpAddress } from './verp.js';
+import type { Db } from '../../shared/db/pool.js';
+
+export interface ConnectionFailureInfo {
+  domain: string;
+  /** The MX hosts tried, each with what went wrong. */
+  attempts: { mxHost: string; error: string }[];
+  bindIp: string;
+}
+
+export interface DelivererOptions {
+  clock: Clock;
+  coord: Coordination;
+  db: Db;
+  log: Logger;
+  /** DKIM keys (PgDkimKeyStore satisfies it). */
+  keys: KeySource;
+  /** BOUNCE_VERP_KEY and BOUNCE_HOST. */
+  verpKey: string;
+  bounceHost: string;
+  /** DNS_SERVERS. */
+  dnsServers?: string[];
+  /** MTA_DELIVERY_PORT (default 25). */
+  port?: number;
+  /** SMTP_POOL_GLOBAL_MAX_PER_HOST (default 10). */
+  globalMaxPerHost?: number;
+  /**
+   * Called when every MX host of a domain failed to connect (the degradation tracker that the
+   * domain_backoff phase reads). Errors thrown here are logged and ignored.
+   */
+  onConnectionFailure?: (info: ConnectionFailureInfo) => void | Promise<void>;
+  /** prom-client registry for mta_smtp_pool_connections and friends (default: the global one). */
+  registry?: Registry;
+  /** Extra CAs used to judge (never require) remote certificates. */
+  tls?: TlsPolicy;
+  /** Names this process's fleet-wide connection permits (default: random). */
+  instanceId?: string;
+  pool?: Partial<PoolSettings> & { autoSweep?: boolean };
+  /** Provenance pruning timer (default true). */
+  autoPrune?: boolean;
+}
+
+export interface DeliveryEngine extends Deliverer {
+  readonly pool: ConnectionPool;
+  readonly resolver: MxResolver;
+  readonly keyCache: DkimKeyCache;
+  readonly provenance: ProvenanceStore;
+}
+
+// Connection-level failures that say nothing about the message: try the next address/host.
+const HOST_FAILURE_CODES = new Set(['ECONNECTION', 'ETIMEDOUT', 'ESOCKET', 'ETLS', 'EDNS', 'EPROTOCOL']);
+
+function metric<T>(registry: Registry, name: string, make: () => T): T {
+  return (registry.getSingleMetric(name) as T | undefined) ?? make();
+}
+
+function describe(f: SmtpFailure): string {
+  return f.response ? f.response : `${f.code}: ${f.message}`;
+}
+
+export function createDeliverer(o: DelivererOptions): DeliveryEngine {
+  if (!o.verpKey) throw new Error('BOUNCE_VERP_KEY is required to sign VERP return paths');
+  if (!o.bounceHost) throw new Error('BOUNCE_HOST is required for VERP return paths');
+  const registry = o.registry ?? defaultRegistry;
+  const port = o.port ?? 25;
+  const instanceId = o.instanceId ?? randomBytes(6).toString('base64url');
+  const log = o.log.child({ component: 'delivery' });
+  const resolver = new MxResolver({ servers: o.dnsServers, clock: o.clock });
+  const keyCache = new DkimKeyCache(o.keys, o.clock);
+  const provenance = new ProvenanceStore(o.db, o.clock);
+  const pool = new ConnectionPool({
+    coord: o.coord,
+    clock: o.clock,
+    log,
+    globalMaxPerHost: o.globalMaxPerHost ?? 10,
+    instanceId,
+    registry,
+    settings: o.pool,
+    autoSweep: o.pool?.autoSweep,
+  });
+  const tlsFallbacks = metric(
+    registry,
+    'mta_smtp_tls_fallback_total',
+    () => new Counter({ name: 'mta_smtp_tls_fallback_total', help: 'STARTTLS handshakes that failed and were retried in plain text', registers: [registry] }),
+  );
+  const results = metric(
+    registry,
+    'mta_delivery_results_total',
+    () => new Counter({ name: 'mta_delivery_results_total', help: 'Delivery attempts by result', labelNames: ['status', 'reason'], registers: [registry] }),
+  );
+  const pruneTimer =
+    o.autoPrune === false
+      ? undefined
+      : setInterval(() => {
+          provenance.prune().catch((err) => log.warn({ err }, 'provenance prune failed'));
+        }, DELIVERY.provenancePruneIntervalMs);
+  pruneTimer?.unref();
+
+  let closing = false;
+  let inflight = 0;
+  let idle: (() => void) | undefined;
+
+  const local = (response: string, reason: string): DeliveryResult => ({ status: 'deferred', response, connectionFailure: false, local: true, reason });
+
+  async function attempt(msg: OutboundMessage, route: DeliveryRoute): Promise<DeliveryResult> {
+    let to;
+    try {
+      to = parseMailbox(msg.to, 'to');
+      parseMailbox(msg.from, 'from');
+    } catch (err) {
+      if (err instanceof MessageBuildError) return { status: 'bounced', hard: false, reason: 'syntaxerror', response: err.message };
+      throw err;
+    }
+    const domain = to.domain;
+    const dkimDomain = msg.dkimDomain.toLowerCase();
+
+    const keys = await keyCache.get(dkimDomain).catch((err: Error) => err);
+    if (keys instanceof Error) return local(`DKIM keys for ${dkimDomain} could not be read: ${keys.message}`, 'mailererror');
+    if (keys.length === 0) return local(`no DKIM key for ${dkimDomain}: every message must be signed`, 'mailererror');
+
+    const mx = await resolver.route(domain);
+    if (mx.kind === 'nullmx') {
+      return { status: 'bounced', hard: true, code: 556, enhancedCode: '5.1.10', reason: 'notaccept', response: `${domain} publishes a null MX (RFC 7505): it accepts no mail` };
+    }
+    if (mx.kind === 'nxdomain') {
+      return { status: 'bounced', hard: true, code: 550, enhancedCode: '5.1.2', reason: 'hostunknown', response: `${domain} has no MX and no address records` };
+    }
+    if (mx.kind === 'tempfail') return local(`DNS lookup for ${domain} failed: ${mx.error}`, 'networkerror');
+
+    const now = o.clock.now();
+    try {
+      await provenance.record({ messageId: msg.messageId, organizationId: msg.organizationId, campaignId: msg.campaignId ?? null, recipient: to.address.toLowerCase(), domain, sentAt: now });
+    } catch (err) {
+      return local(`provenance could not be written: ${(err as Error).message}`, 'mailererror');
+    }
+
+    const envelopeFrom = verpAddress(msg.messageId, o.verpKey, o.bounceHost);
+    const messageIdHeader = stableMessageId(msg.organizationId, msg.messageId, dkimDomain);
+    const wildcard = route.bindIp === '0.0.0.0' || route.bindIp === '::' || route.bindIp === '';
+    const families: (4 | 6)[] = wildcard ? [4, 6] : [isIP(route.bindIp) === 6 ? 6 : 4];
+    const attempts: { mxHost: string; error: string }[] = [];
+    // Signed bodies per encoding choice: retries on another host reuse them.
+    const built = new Map<boolean, Promise<{ raw: Buffer; eightBit: boolean; smtpUtf8: boolean }>>();
+    const build = (eightBit: boolean) => {
+      let p = built.get(eightBit);
+      if (!p) {
+        p = (async () => {
+          const b = buildMessage(msg, { messageIdHeader, date: now, eightBit });
+          const sig = await dkimSign(b.raw, keys, Math.floor(now / 1000));
+          return { raw: Buffer.concat([Buffer.from(sig, 'latin1'), b.raw]), eightBit: b.eightBit, smtpUtf8: b.smtpUtf8 };
+        })();
+        built.set(eightBit, p);
+      }
+      return p;
+    };
+
+    for (const host of mx.hosts) {
+      const addresses: string[] = [];
+      let dnsError: string | undefined;
+      for (const fam of families) {
+        const r = await resolver.addresses(host.name, fam);
+        if (r.kind === 'ok') addresses.push(...r.addresses);
+        else if (r.kind === 'tempfail') dnsError = r.error;
+      }
+      if (addresses.length === 0) {
+        attempts.push({ mxHost: host.name, error: dnsError ?? 'no usable address records' });
+        continue;
+      }
+      const open = async (): Promise<SmtpSession> => {
+        let last: unknown;
+        for (const address of addresses) {
+          try {
+            const s = await SmtpSession.open(
+              { mxHost: host.name, address, port, bindIp: wildcard ? '' : route.bindIp, ehloName: route.ehloName },
+              o.tls ?? {},
+              () => o.clock.now(),
+            );
+            if (s.tlsFallback) {
+              tlsFallbacks.inc();
+              log.warn({ mxHost: host.name, address }, 'STARTTLS handshake failed; delivered over a plain-text retry');
+            }
+            return s;
+          } catch (err) {
+            last = err;
+          }
+        }
+        throw last;
+      };
+      const key = { mxHost: host.name, bindIp: route.bindIp, dkimDomain };
+      // A pooled connection may have died while idle: one retry on a fresh connection.
+      for (let tries = 0; tries < 2; tries++) {
+        let lease;
+        try {
+          lease = await pool.acquire(key, open, tries > 0);
+        } catch (err) {
+          if (err instanceof PoolClosedError) return local('delivery is shutting down', 'mailererror');
+          if (err instanceof PoolBusyError) return local(err.message, 'toomanyconn');
+          const f = toFailure(err);
+          // A reply at greeting/EHLO (e.g. 421, 554) also means: try the next MX.
+          attempts.push({ mxHost: host.name, error: describe(f) });
+          break;
+        }
+        const { session } = lease;
+        const reused = session.messages > 0;
+        let reusable = false;
+        try {
+          const b = await build(session.extensions.includes('8BITMIME'));
+          if (b.smtpUtf8 && !session.extensions.includes('SMTPUTF8')) {
+            reusable = true;
+            return { status: 'bounced', hard: false, code: 553, enhancedCode: '5.6.7', reason: 'contenterror', response: `${host.name} does not offer SMTPUTF8, which the address needs`, mxHost: host.name };
+          }
+          const response = await session.send({ from: envelopeFrom, to: to.address, size: b.raw.length, eightBit: b.eightBit }, b.raw, o.clock.now());
+          reusable = true;
+          const r = classifyReply(response, host.name, session.tls);
+          return r.status === 'sent' && session.tlsFallback ? { ...r, tlsFallback: true } : r;
+        } catch (err) {
+          const f = toFailure(err);
+          if (f.responseCode && f.responseCode >= 400) {
+            // A reply to MAIL, RCPT or DATA: final for this attempt (no other MX, RFC 5321 §4.2.5).
+            reusable = f.responseCode !== 421 && !session.closed;
+            return classifyReply(f.response ?? `${f.responseCode} ${f.message}`, host.name, session.tls);
+          }
+          if (f.code === 'EMESSAGE' && /larger than allowed/i.test(f.message)) {
+            reusable = true;
+            return { status: 'bounced', hard: false, code: 552, enhancedCode: '5.3.4', reason: 'emailtoolarge', response: `${host.name}: ${f.message}`, mxHost: host.name };
+          }
+          if (reused && tries === 0 && HOST_FAILURE_CODES.has(f.code)) continue; // stale pooled connection
+          attempts.push({ mxHost: host.name, error: describe(f) });
+          break;
+        } finally {
+          pool.release(lease.lease, reusable);
+        }
+      }
+    }
+
+    // Every host failed before any reply to the message: a connection failure for the domain.
+    try {
+      await o.onConnectionFailure?.({ domain, attempts, bindIp: route.bindIp });
+    } catch (err) {
+      log.warn({ err, domain }, 'degradation tracker callback failed');
+    }
+    const lastError = attempts.at(-1)?.error ?? 'no MX host could be reached';
+    const reply = /^[45]\d\d/.test(lastError) ? parseReply(lastError) : undefined;
+    return {
+      status: 'deferred',
+      code: reply?.code,
+      enhancedCode: reply?.enhancedCode,
+      response: attempts.map((a) => `${a.mxHost}: ${a.error}`).join('; ') || lastError,
+      mxHost: attempts.at(-1)?.mxHost,
+      connectionFailure: true,
+      reason: reply ? reasonFor(reply) : 'networkerror',
+    };
+  }
+
+  return {
+    pool,
+    resolver,
+    keyCache,
+    provenance,
+    async deliver(msg, route) {
+      if (closing) return local('delivery is shutting down', 'mailererror');
+      inflight++;
+      let result: DeliveryResult;
+      try {
+        result = await attempt(msg, route);
+      } catch (err) {
+        log.error({ err, messageId: msg.messageId }, 'delivery attempt failed unexpectedly');
+        result = local(`internal error: ${(err as Error).message}`, 'mailererror');
+      } finally {
+        inflight--;
+        if (inflight === 0 && idle) idle();
+      }
+      results.inc({ status: result.status, reason: result.status === 'sent' ? 'delivered' : (result.reason ?? 'onhold') });
+      return result;
+    },
+    async close() {
+      closing = true;
+      if (pruneTimer) clearInterval(pruneTimer);
+      if (inflight > 0) await new Promise<void>((resolve) => (idle = resolve));
+      await pool.close();
+      await provenance.close();
+    },
+  };
+}

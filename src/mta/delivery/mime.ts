@@ -1,0 +1,229 @@
+/**
+ * Builds the wire form of an outbound message (RFC 5322 + MIME) from a job.
+ *
+ * Header encoding, address parsing and folding come from nodemailer's helpers; the assembly
+ * is ours because MailComposer's stream pipeline measured ~0.4 ms for a 5 KB and ~2.3 ms for a
+ * 100 KB message here, more than the whole per-message budget of the delivery engine.
+ * Body parts use 7bit when they already are, 8bit when the receiving server offers 8BITMIME,
+ * otherwise quoted-printable (small parts) or base64 (large parts, encoded natively).
+ */
+import { createHash } from 'node:crypto';
+import addressparser from 'nodemailer/lib/addressparser';
+import * as mimeFuncs from 'nodemailer/lib/mime-funcs';
+import * as qp from 'nodemailer/lib/qp';
+import { toASCII } from 'nodemailer/lib/punycode';
+import { randomToken } from '../../shared/crypto.js';
+import { MTA_OWNED_HEADERS } from './settings.js';
+import type { OutboundMessage } from './types.js';
+
+/** A job that cannot become a valid message (a bad address): permanent, not the remote's fault. */
+export class MessageBuildError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'MessageBuildError';
+  }
+}
+
+export interface ParsedAddress {
+  name: string;
+  /** local@domain with the domain in A-label (punycode) form unless `utf8`. */
+  address: string;
+  domain: string;
+  /** The local part is not ASCII: delivery needs SMTPUTF8. */
+  utf8: boolean;
+}
+
+const HEADER_NAME = /^[!-9;-~]{1,76}$/;
+const MAX_EXTRA_HEADERS = 50;
+const MAX_HEADER_VALUE = 4_000;
+/** Above this size a part that needs encoding is sent as base64 (native) instead of QP (JS). */
+const QP_MAX_BYTES = 16 * 1024;
+
+/** Parses one mailbox (`Name <a@b>` or `a@b`); throws MessageBuildError for anything else. */
+export function parseMailbox(value: string, field: string): ParsedAddress {
+  const list = addressparser(value, { flatten: true });
+  if (list.length !== 1 || !('address' in list[0]) || !list[0].address) {
+    throw new MessageBuildError(`${field} must be exactly one address`);
+  }
+  const raw = list[0].address;
+  const at = raw.lastIndexOf('@');
+  if (at < 1 || at === raw.length - 1) throw new MessageBuildError(`${field} address "${raw}" has no domain`);
+  const local = raw.slice(0, at);
+  let domain = raw.slice(at + 1).toLowerCase();
+  // eslint-disable-next-line no-control-regex
+  if (/[\s<>()[\]\\,;:"\x00-\x1f\x7f]/.test(local) || /[\s<>()[\]\\,;:"@\x00-\x1f\x7f]/.test(domain)) {
+    throw new MessageBuildError(`${field} address "${raw}" is not valid`);
+  }
+  try {
+    domain = toASCII(domain);
+  } catch {
+    throw new MessageBuildError(`${field} domain "${domain}" is not a valid domain name`);
+  }
+  if (!/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$/.test(domain) && !/^\[[0-9a-f.:]+\]$/i.test(domain)) {
+    throw new MessageBuildError(`${field} domain "${domain}" is not a valid domain name`);
+  }
+  // eslint-disable-next-line no-control-regex
+  const utf8 = /[^\x00-\x7f]/.test(local);
+  return { name: list[0].name ?? '', address: `${local}@${domain}`, domain, utf8 };
+}
+
+function formatMailbox(a: ParsedAddress): string {
+  if (!a.name) return a.address;
+  const name = mimeFuncs.isPlainText(a.name) ? mimeFuncs.quoteString(a.name) : mimeFuncs.encodeWord(a.name, 'Q', 52);
+  return `${name} <${a.address}>`;
+}
+
+// eslint-disable-next-line no-control-regex
+const CONTROL = /[\x00-\x08\x0a-\x1f\x7f]/g;
+
+/** An unstructured header value: control characters (CR/LF included) become spaces, non-ASCII is encoded. */
+function headerValue(value: string): string {
+  const clean = value.replace(CONTROL, ' ').trim();
+  return mimeFuncs.isPlainText(clean) ? clean : mimeFuncs.encodeWords(clean, 'Q', 52);
+}
+
+function field(name: string, value: string): string {
+  return `${mimeFuncs.foldLines(`${name}: ${value}`, 76).replace(/\r?\n/g, '\r\n').replace(/\s+$/, '')}\r\n`;
+}
+
+const CRLF_NORMALIZE = /\r\n|\r|\n/g;
+
+interface EncodedPart {
+  cte: '7bit' | '8bit' | 'quoted-printable' | 'base64';
+  body: string;
+}
+
+/** Longest line in bytes is what counts; for ASCII, chars equal bytes. */
+function maxLineLength(s: string): number {
+  let max = 0;
+  let start = 0;
+  for (;;) {
+    const i = s.indexOf('\n', start);
+    const end = i < 0 ? s.length : i;
+    const len = end - start - (end > start && s.charCodeAt(end - 1) === 13 ? 1 : 0);
+    if (len > max) max = len;
+    if (i < 0) return max;
+    start = i + 1;
+  }
+}
+
+function encodePart(content: string, eightBit: boolean): EncodedPart {
+  // eslint-disable-next-line no-control-regex
+  const ascii = !/[^\x00-\x7f]/.test(content);
+  const normalized = content.replace(CRLF_NORMALIZE, '\r\n');
+  const longest = ascii ? maxLineLength(normalized) : Buffer.byteLength(normalized) > 998 ? maxLineLength(Buffer.from(normalized).toString('latin1')) : 0;
+  // eslint-disable-next-line no-control-regex
+  const hasNul = normalized.includes('\x00');
+  if (longest <= 998 && !hasNul) {
+    if (ascii) return { cte: '7bit', body: normalized };
+    if (eightBit) return { cte: '8bit', body: Buffer.from(normalized, 'utf8').toString('latin1') };
+  }
+  const buf = Buffer.from(content, 'utf8');
+  if (buf.length <= QP_MAX_BYTES) return { cte: 'quoted-printable', body: qp.wrap(qp.encode(buf), 76).replace(CRLF_NORMALIZE, '\r\n') };
+  return { cte: 'base64', body: (buf.toString('base64').match(/.{1,76}/g) ?? []).join('\r\n') };
+}
+
+function ensureFinalCrlf(body: string): string {
+  return body.endsWith('\r\n') ? body : `${body}\r\n`;
+}
+
+export interface BuildOptions {
+  /** Header Message-ID value with angle brackets. */
+  messageIdHeader: string;
+  /** Epoch ms for the Date header. */
+  date: number;
+  /** The receiving server offered 8BITMIME: UTF-8 parts may go unencoded. */
+  eightBit: boolean;
+}
+
+export interface BuiltMessage {
+  /** The message as it goes on the wire before dot-stuffing (CRLF line endings). */
+  raw: Buffer;
+  from: ParsedAddress;
+  to: ParsedAddress;
+  /** Uses 8bit parts: MAIL FROM must say BODY=8BITMIME. */
+  eightBit: boolean;
+  /** Needs SMTPUTF8 (a non-ASCII local part). */
+  smtpUtf8: boolean;
+  /** Caller headers dropped (owned by the MTA or unsafe names), for the delivery log. */
+  droppedHeaders: string[];
+}
+
+/** RFC 5322 date with a numeric zone. */
+export function rfc5322Date(ms: number): string {
+  return new Date(ms).toUTCString().replace(/GMT$/, '+0000');
+}
+
+/**
+ * A Message-ID that is the same for every attempt of one job, so a message delivered twice
+ * (a crash between the remote's 250 and our bookkeeping) carries one id receivers can dedupe.
+ */
+export function stableMessageId(organizationId: string, messageId: string, domain: string): string {
+  const h = createHash('sha256').update(`${organizationId}\0${messageId}`).digest('base64url').slice(0, 26);
+  return `<${h}@${domain.toLowerCase()}>`;
+}
+
+export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMessage {
+  const from = parseMailbox(msg.from, 'from');
+  const to = parseMailbox(msg.to, 'to');
+  const replyTo = msg.replyTo ? parseMailbox(msg.replyTo, 'replyTo') : undefined;
+
+  let head =
+    field('From', formatMailbox(from)) +
+    field('To', formatMailbox(to)) +
+    field('Subject', headerValue(msg.subject ?? '')) +
+    field('Date', rfc5322Date(opts.date)) +
+    field('Message-ID', opts.messageIdHeader);
+  if (replyTo) head += field('Reply-To', formatMailbox(replyTo));
+
+  const dropped: string[] = [];
+  let extra = 0;
+  for (const [name, value] of Object.entries(msg.headers ?? {})) {
+    const lower = name.toLowerCase();
+    if (!HEADER_NAME.test(name) || MTA_OWNED_HEADERS.has(lower) || typeof value !== 'string' || extra >= MAX_EXTRA_HEADERS) {
+      dropped.push(name);
+      continue;
+    }
+    extra++;
+    head += field(name, headerValue(value.slice(0, MAX_HEADER_VALUE)));
+  }
+  head += 'MIME-Version: 1.0\r\n';
+
+  const text = msg.text ?? undefined;
+  const html = msg.html ?? undefined;
+  let body: string;
+  let usedEightBit = false;
+  const part = (type: string, content: string): { headers: string; body: string } => {
+    const e = encodePart(content, opts.eightBit);
+    if (e.cte === '8bit') usedEightBit = true;
+    return {
+      headers: `Content-Type: ${type}; charset=utf-8\r\nContent-Transfer-Encoding: ${e.cte}\r\n`,
+      body: ensureFinalCrlf(e.body),
+    };
+  };
+  if (text !== undefined && html !== undefined && text !== '' && html !== '') {
+    const boundary = `=_lm_${randomToken(18)}`;
+    const t = part('text/plain', text);
+    const h = part('text/html', html);
+    head += `Content-Type: multipart/alternative;\r\n boundary="${boundary}"\r\n`;
+    body =
+      `--${boundary}\r\n${t.headers}\r\n${t.body}` +
+      `--${boundary}\r\n${h.headers}\r\n${h.body}` +
+      `--${boundary}--\r\n`;
+  } else {
+    const only = html !== undefined && html !== '' ? part('text/html', html) : part('text/plain', text ?? '');
+    head += only.headers;
+    body = only.body;
+  }
+  const raw = Buffer.from(`${head}\r\n${body}`, 'latin1');
+  // Subject/From were encoded to ASCII above; only 8bit bodies carry raw UTF-8 (as latin1 bytes).
+  return { raw: fixHeaderUtf8(raw, head), from, to, eightBit: usedEightBit, smtpUtf8: from.utf8 || to.utf8 || !!replyTo?.utf8, droppedHeaders: dropped };
+}
+
+/** Headers may hold raw UTF-8 only in non-ASCII local parts (SMTPUTF8); re-encode the header block as UTF-8. */
+function fixHeaderUtf8(raw: Buffer, head: string): Buffer {
+  // eslint-disable-next-line no-control-regex
+  if (!/[^\x00-\x7f]/.test(head)) return raw;
+  const headBytes = Buffer.from(head, 'utf8');
+  return Buffer.concat([headBytes, raw.subarray(Buffer.byteLength(head, 'latin1'))]);
+}

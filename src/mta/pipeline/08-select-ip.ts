@@ -1,0 +1,60 @@
+import { randomUUID } from 'node:crypto';
+import type { SendingIp } from '../pools.js';
+import { CONTINUE, defer, type Phase, type PipelineContext } from './types.js';
+
+const DAY_MS = 86_400_000;
+// Lease owners must differ between calls and instances, or a second caller would renew, not lose.
+const OWNER = randomUUID();
+let seq = 0;
+
+/**
+ * Phase 8: round-robin over the pool's eligible addresses (configured and not marked blocked;
+ * the cursor is shared by the fleet). A dedicated IP is the only candidate and must pass the
+ * same check. Never falls back to a blocked address: with none eligible the job defers and
+ * `all_ips_blocked` is emitted (at most once per pool per policy.eventRepeatMs).
+ */
+export const selectIp: Phase = {
+  name: 'select_ip',
+  needs: ['pool'],
+  produces: ['ip'],
+  async run(ctx) {
+    const { pools, ipStatus, coord } = ctx.deps;
+    const pool = ctx.pool!;
+    const blocked = await ipStatus.blocked();
+    let candidates: readonly SendingIp[];
+    if (ctx.dedicatedIp) {
+      const d = pools.find(ctx.dedicatedIp, pool) ?? pools.find(ctx.dedicatedIp);
+      candidates = d ? [d] : [];
+    } else candidates = pools.pools.get(pool) ?? [];
+    const eligible = candidates.filter((c) => blocked[c.address] === undefined);
+    if (eligible.length === 0) {
+      await announce(ctx, pool, candidates, blocked);
+      return defer(ctx.deps.policy.noEligibleIpDeferMs, ctx.dedicatedIp ? 'dedicated_ip_blocked' : 'no_eligible_ip');
+    }
+    if (eligible.length === 1) ctx.ip = eligible[0];
+    else ctx.ip = eligible[(await coord.incr(`mta:rr:${pool}`, 1, DAY_MS)) % eligible.length];
+    return CONTINUE;
+  },
+};
+
+async function announce(
+  ctx: PipelineContext,
+  pool: string,
+  candidates: readonly SendingIp[],
+  blocked: Record<string, { reason: string; zone?: string; since: number }>,
+): Promise<void> {
+  const { coord, events, policy } = ctx.deps;
+  const won = await coord.acquireLease(`mta:evt:all_ips_blocked:${pool}`, `${OWNER}:${++seq}`, policy.eventRepeatMs.all_ips_blocked);
+  if (!won) return;
+  await events.emit('all_ips_blocked', {
+    pool,
+    dedicatedIp: ctx.dedicatedIp ?? null,
+    measured: true,
+    addresses: candidates.map((c) => ({
+      ip: c.address,
+      reason: blocked[c.address]?.reason ?? 'not_configured',
+      zone: blocked[c.address]?.zone ?? null,
+      since: blocked[c.address] ? new Date(blocked[c.address]!.since).toISOString() : null,
+    })),
+  });
+}

@@ -1,0 +1,101 @@
+import type { Clock } from '../../shared/clock.js';
+import type { Coordination } from '../../shared/coord/types.js';
+import type { MtaEvents } from '../events.js';
+import type { MtaJobPayload } from '../job.js';
+import type { MtaPolicy } from '../policy.js';
+import type { SendingIp, SendingPools } from '../pools.js';
+import type { OrgBreaker } from '../state/breaker.js';
+import type { DomainBackoff } from '../state/domain-backoff.js';
+import type { IpStatus } from '../state/ip-status.js';
+import type { OrgUsage } from '../state/org-usage.js';
+import type { SmtpIntel } from '../state/smtp-intel.js';
+import type { Throttle } from '../state/throttle.js';
+import type { Warming } from '../state/warming.js';
+import type { IspProfile } from '../stores/isp-profiles.js';
+import type { OrgLimits } from '../stores/org-limits.js';
+import type { PoolRule } from '../stores/pool-rules.js';
+
+/** What a phase decides (mta.md → Dispatch outcomes). */
+export type PhaseResult =
+  | { type: 'continue' }
+  | { type: 'defer'; delayMs: number; reason: string }
+  | { type: 'drop'; status: 'screened' | 'suppressed'; reason: string };
+
+export const CONTINUE: PhaseResult = Object.freeze({ type: 'continue' });
+export const defer = (delayMs: number, reason: string): PhaseResult => ({ type: 'defer', delayMs: Math.max(0, delayMs), reason });
+export const drop = (status: 'screened' | 'suppressed', reason: string): PhaseResult => ({ type: 'drop', status, reason });
+
+/** Context values a phase may need from an earlier phase. */
+export type Produced = 'pool' | 'ip';
+
+export interface Phase {
+  /** The spec's phase name (e.g. `content_screening`). */
+  readonly name: string;
+  readonly needs?: readonly Produced[];
+  readonly produces?: readonly Produced[];
+  run(ctx: PipelineContext): PhaseResult | Promise<PhaseResult>;
+}
+
+/**
+ * A hold taken by a phase (a counter slot, a half-open probe). Released when the attempt
+ * does not reach delivery; holds marked `untilDelivered` are also released when the delivery
+ * result is a temporary failure (nothing was handed over).
+ */
+export interface Reservation {
+  release(): Promise<unknown>;
+  untilDelivered: boolean;
+}
+
+/** Optional content scorer (SPAMSCORER_URL). Returns null when it could not score (fail open). */
+export interface SpamScorer {
+  score(job: MtaJobPayload): Promise<number | null>;
+}
+
+/** Everything the phases read: caches of durable records, shared state, policy, settings. */
+export interface PipelineDeps {
+  policy: MtaPolicy;
+  clock: Clock;
+  coord: Coordination;
+  settings: {
+    contentScreeningEnabled: boolean;
+    contentMaxSizeKb: number;
+    spamScorerThreshold: number;
+    /** Lowercase domains from policy.urlBlocklist and CONTENT_URL_BLOCKLIST. */
+    urlBlocklist: ReadonlySet<string>;
+  };
+  scorer: SpamScorer | null;
+  suppression: { has(address: string): boolean };
+  breaker: OrgBreaker;
+  orgLimits: { limitsFor(orgId: string): OrgLimits };
+  orgUsage: OrgUsage;
+  intel: SmtpIntel;
+  backoff: DomainBackoff;
+  poolRules: { ruleFor(orgId: string): PoolRule | undefined };
+  pools: SendingPools;
+  ipStatus: IpStatus;
+  profiles: { resolve(domain: string): IspProfile };
+  throttle: Throttle;
+  warming: Warming;
+  events: MtaEvents;
+  /** [0, 1): jitter and tie-breaks; injectable for tests. */
+  random: () => number;
+}
+
+export interface PipelineContext {
+  readonly deps: PipelineDeps;
+  readonly jobId: string;
+  readonly job: MtaJobPayload;
+  /** Set by resolve_pool. */
+  pool?: string;
+  /** Set by resolve_pool when a pool rule names a dedicated IP. */
+  dedicatedIp?: string;
+  /** Set by select_ip. */
+  ip?: SendingIp;
+  /** Set by circuit_breaker while the organization is half-open (this send is a test send). */
+  breakerProbe?: { epoch: number };
+  reservations: Reservation[];
+}
+
+export function newContext(deps: PipelineDeps, jobId: string, job: MtaJobPayload): PipelineContext {
+  return { deps, jobId, job, reservations: [] };
+}

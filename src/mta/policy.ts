@@ -1,0 +1,227 @@
+/**
+ * Tunable sending policy of the MTA: every number an operator may want to change lives here,
+ * as data. Code reads it through `MtaPolicy` (tests and benchmarks pass their own copy).
+ * Where mta.md fixes a value it is quoted; the rest are our choices, explained in docs/mta.md.
+ */
+
+export interface IspProfileValues {
+  /** Sends per minute per (sending IP, provider) at start. */
+  defaultRate: number;
+  ceiling: number;
+  floor: number;
+  /** Rate multiplier on an SMTP 4xx (0 < f < 1). */
+  backoffFactor: number;
+  /** Rate multiplier after sustained success (> 1). */
+  recoveryFactor: number;
+}
+
+export interface SeedIspProfile extends IspProfileValues {
+  /** Profile key: the provider's main domain, or `default` for every other domain. */
+  domain: string;
+  /** Other recipient domains served by the same provider (share the profile and its throttle). */
+  aliases: string[];
+}
+
+/** Key of the profile used for domains no other profile names. */
+export const DEFAULT_PROFILE = 'default';
+
+export interface EngagementBand {
+  name: string;
+  /** Inclusive lower bound of the score (0–100). */
+  minScore: number;
+  /** Queue ordering key; lower runs first. */
+  priority: number;
+}
+
+export interface MtaPolicy {
+  /** mta.md → Default ISP profiles. */
+  ispProfiles: SeedIspProfile[];
+  throttle: {
+    /** Sliding window over which `rate` (per minute) is enforced. */
+    windowMs: number;
+    /** mta.md: no free slot defers 5 seconds. */
+    noSlotDeferMs: number;
+    /** Consecutive successful sends that count as "sustained success" (one recovery step). */
+    recoverAfterSuccesses: number;
+    /** Consecutive 4xx replies after which the (IP, provider) pair is blocked. */
+    blockAfterFailures: number;
+    /** How long a blocked pair stays blocked. */
+    blockMs: number;
+    /** Adaptive rate state is dropped after this long without traffic (back to defaultRate). */
+    stateTtlMs: number;
+  };
+  /** mta.md → IP warming schedule: [day, cap]; the cap of the latest day <= today applies. */
+  warming: {
+    schedule: [day: number, cap: number][];
+    /** From this day on the IP is unlimited (graduated). */
+    graduateDay: number;
+    /** mta.md: deferral to the next UTC day is bounded at one hour. */
+    maxDeferMs: number;
+    /** Not shown in mta.md: shortest deferral, so a job does not spin just before midnight. */
+    minDeferMs: number;
+  };
+  breaker: {
+    /** Ring buffer length (the slow window is the whole ring). */
+    ringSize: number;
+    windows: {
+      name: 'fast' | 'slow';
+      size: number;
+      /** Markers needed before this window can trip. */
+      minSample: number;
+      /** Trips when the rate is strictly greater than these fractions. */
+      maxBounceRate: number;
+      maxComplaintRate: number;
+    }[];
+    cooldownMs: number;
+    /** Cooldown after a failed half-open test. */
+    reopenCooldownMs: number;
+    halfOpenProbes: number;
+    /** Deferral for sends beyond the probes while half-open results are pending. */
+    halfOpenDeferMs: number;
+  };
+  orgLimits: {
+    daily: number;
+    hourly: number;
+    dailyTtlMs: number;
+    hourlyTtlMs: number;
+  };
+  smtpIntel: {
+    /** Results counted per recipient domain over this window (in buckets of bucketMs). */
+    windowMs: number;
+    bucketMs: number;
+    /** Results needed in the window before a verdict is given. */
+    minSample: number;
+    /** Share of policy/reputation 5xx replies that marks a domain as blocking. */
+    blockingRate: number;
+    blockingDeferMs: number;
+    /** Share of 4xx replies that marks a domain as degraded. */
+    degradedRate: number;
+    degradedDeferMs: number;
+  };
+  domainBackoff: {
+    /** Connection failures (every MX unreachable) in a row before backing off. */
+    threshold: number;
+    baseMs: number;
+    maxMs: number;
+    /** A failure streak older than this is forgotten. */
+    streakTtlMs: number;
+  };
+  /** Sisimai reasons of 5xx replies that speak about the sender, not the recipient. */
+  blockingReasons: string[];
+  /** Used when neither a pool rule nor the job's ipPool names a configured pool. */
+  defaultPool: string;
+  /** select_ip: deferral when no address of the pool is eligible. */
+  noEligibleIpDeferMs: number;
+  /** mta.md → Engagement-based ordering. Ordered by minScore, highest first. */
+  engagementBands: EngagementBand[];
+  /** Queue priority of jobs without a usable score (the lowest band). */
+  defaultPriority: number;
+  /** mta.md: deferral delay gets ±15 % jitter. */
+  deferJitter: number;
+  /** Events whose emission is rate-limited per subject (e.g. per pool) to one per period. */
+  eventRepeatMs: { all_ips_blocked: number };
+  /** Delivery log rows older than this are pruned. */
+  deliveryLogRetentionDays: number;
+  /** Domains (and their subdomains) whose links screen a message out. Extended by CONTENT_URL_BLOCKLIST. */
+  urlBlocklist: string[];
+}
+
+const MINUTE = 60_000;
+const HOUR = 60 * MINUTE;
+
+export const DEFAULT_POLICY: MtaPolicy = {
+  ispProfiles: [
+    { domain: 'gmail.com', aliases: ['googlemail.com'], defaultRate: 100, ceiling: 300, floor: 5, backoffFactor: 0.75, recoveryFactor: 1.1 },
+    { domain: 'outlook.com', aliases: ['hotmail.com', 'live.com'], defaultRate: 80, ceiling: 200, floor: 5, backoffFactor: 0.75, recoveryFactor: 1.1 },
+    { domain: 'yahoo.com', aliases: ['aol.com', 'ymail.com'], defaultRate: 50, ceiling: 150, floor: 3, backoffFactor: 0.75, recoveryFactor: 1.1 },
+    { domain: 'icloud.com', aliases: ['me.com', 'mac.com'], defaultRate: 60, ceiling: 150, floor: 5, backoffFactor: 0.75, recoveryFactor: 1.1 },
+    { domain: DEFAULT_PROFILE, aliases: [], defaultRate: 30, ceiling: 100, floor: 2, backoffFactor: 0.75, recoveryFactor: 1.1 },
+  ],
+  throttle: {
+    windowMs: MINUTE,
+    noSlotDeferMs: 5_000,
+    recoverAfterSuccesses: 50,
+    blockAfterFailures: 10,
+    blockMs: 15 * MINUTE,
+    stateTtlMs: 24 * HOUR,
+  },
+  warming: {
+    schedule: [
+      [1, 50],
+      [2, 100],
+      [3, 200],
+      [5, 700],
+      [7, 1_500],
+      [10, 3_000],
+      [14, 7_500],
+      [18, 15_000],
+      [21, 20_000],
+      [25, 30_000],
+    ],
+    graduateDay: 30,
+    maxDeferMs: HOUR,
+    minDeferMs: 30_000,
+  },
+  breaker: {
+    ringSize: 100,
+    windows: [
+      { name: 'fast', size: 50, minSample: 50, maxBounceRate: 0.15, maxComplaintRate: 0.04 },
+      { name: 'slow', size: 100, minSample: 100, maxBounceRate: 0.08, maxComplaintRate: 0.002 },
+    ],
+    cooldownMs: 30 * MINUTE,
+    reopenCooldownMs: 60 * MINUTE,
+    halfOpenProbes: 5,
+    halfOpenDeferMs: MINUTE,
+  },
+  orgLimits: { daily: 50_000, hourly: 5_000, dailyTtlMs: 48 * HOUR, hourlyTtlMs: 2 * HOUR },
+  smtpIntel: {
+    windowMs: 10 * MINUTE,
+    bucketMs: MINUTE,
+    minSample: 20,
+    blockingRate: 0.5,
+    blockingDeferMs: 30 * MINUTE,
+    degradedRate: 0.3,
+    degradedDeferMs: 2 * MINUTE,
+  },
+  domainBackoff: { threshold: 3, baseMs: MINUTE, maxMs: 30 * MINUTE, streakTtlMs: HOUR },
+  blockingReasons: ['blocked', 'badreputation', 'rejected', 'spamdetected', 'policyviolation', 'securityerror', 'authfailure', 'requireptr', 'toomanyconn', 'ratelimited', 'speeding'],
+  defaultPool: 'transactional',
+  noEligibleIpDeferMs: 5 * MINUTE,
+  engagementBands: [
+    { name: 'high', minScore: 70, priority: 0 },
+    { name: 'medium', minScore: 40, priority: 1 },
+    { name: 'low', minScore: 10, priority: 2 },
+    { name: 'cold', minScore: 0, priority: 3 },
+  ],
+  defaultPriority: 3,
+  deferJitter: 0.15,
+  eventRepeatMs: { all_ips_blocked: 15 * MINUTE },
+  deliveryLogRetentionDays: 30,
+  urlBlocklist: [],
+};
+
+/** The band of a score; `null` for a missing, non-finite or out-of-range score (rule 3: unknown, not clamped). */
+export function engagementBand(policy: MtaPolicy, score: unknown): EngagementBand | null {
+  if (typeof score !== 'number' || !Number.isFinite(score) || score < 0 || score > 100) return null;
+  for (const band of policy.engagementBands) if (score >= band.minScore) return band;
+  return null;
+}
+
+/** Daily warming cap of an IP on its `day` (1-based); Infinity once graduated. */
+export function warmingCap(policy: MtaPolicy, day: number): number {
+  if (day >= policy.warming.graduateDay) return Infinity;
+  let cap = policy.warming.schedule[0][1];
+  for (const [d, c] of policy.warming.schedule) if (day >= d) cap = c;
+  return cap;
+}
+
+/** Rule 1 of the management endpoints; returns the first violation, or null. */
+export function validateProfile(p: IspProfileValues): string | null {
+  for (const [k, v] of Object.entries(p)) if (typeof v !== 'number' || !Number.isFinite(v)) return `${k} must be a finite number`;
+  if (p.floor <= 0) return 'floor must be greater than 0';
+  if (p.floor > p.ceiling) return 'floor must be less than or equal to ceiling';
+  if (p.defaultRate < p.floor || p.defaultRate > p.ceiling) return 'defaultRate must be within [floor, ceiling]';
+  if (!(p.backoffFactor > 0 && p.backoffFactor < 1)) return 'backoffFactor must be greater than 0 and less than 1';
+  if (!(p.recoveryFactor > 1)) return 'recoveryFactor must be greater than 1';
+  return null;
+}

@@ -1,0 +1,83 @@
+import type { Clock } from '../../shared/clock.js';
+import type { Coordination } from '../../shared/coord/types.js';
+import { DEFAULT_PROFILE, type MtaPolicy } from '../policy.js';
+import type { IspProfile } from '../stores/isp-profiles.js';
+
+/** Adaptive rate of one (sending IP, destination) pair. */
+export interface ThrottleState {
+  /** Current sends per minute. */
+  rate: number;
+  /** Consecutive successes since the last step / 4xx. */
+  ok: number;
+  /** Consecutive 4xx replies. */
+  fail: number;
+  blockedUntil: number;
+}
+
+export type SlotResult = { ok: true } | { ok: false; delayMs: number; reason: 'throttle' | 'throttle_blocked' };
+
+const clamp = (v: number, lo: number, hi: number) => Math.min(hi, Math.max(lo, v));
+
+/**
+ * Sliding-window throttle per (IP, destination) at the ISP profile's current rate (phase 9),
+ * adapted by delivery results: × backoffFactor on a 4xx, × recoveryFactor after
+ * `recoverAfterSuccesses` successes in a row, always within [floor, ceiling]; blocked for
+ * blockMs after `blockAfterFailures` 4xx in a row. The destination is the provider for a named
+ * profile (its alias domains share one window) and the recipient domain otherwise.
+ */
+export class Throttle {
+  constructor(
+    private readonly coord: Coordination,
+    private readonly clock: Clock,
+    private readonly policy: MtaPolicy,
+  ) {}
+
+  static destination(profile: IspProfile, domain: string): string {
+    return profile.domain === DEFAULT_PROFILE ? domain : profile.domain;
+  }
+
+  private stateKey = (ip: string, dest: string) => `mta:thr:s:${ip}:${dest}`;
+
+  async state(ip: string, profile: IspProfile, domain: string): Promise<ThrottleState> {
+    const s = await this.coord.getJson<ThrottleState>(this.stateKey(ip, Throttle.destination(profile, domain)));
+    if (!s) return { rate: profile.defaultRate, ok: 0, fail: 0, blockedUntil: 0 };
+    // A profile tuned since the state was written still bounds it.
+    return { ...s, rate: clamp(s.rate, profile.floor, profile.ceiling) };
+  }
+
+  async acquire(ip: string, profile: IspProfile, domain: string): Promise<SlotResult> {
+    const dest = Throttle.destination(profile, domain);
+    const s = await this.state(ip, profile, domain);
+    const now = this.clock.now();
+    if (s.blockedUntil > now) return { ok: false, delayMs: s.blockedUntil - now, reason: 'throttle_blocked' };
+    const t = this.policy.throttle;
+    // The window is one minute and the rate per minute; a fractional rate rounds down, never below one send.
+    const limit = Math.max(1, Math.floor(s.rate * (t.windowMs / 60_000)));
+    const r = await this.coord.slidingWindow(`mta:thr:w:${ip}:${dest}`, limit, t.windowMs);
+    return r.allowed ? { ok: true } : { ok: false, delayMs: t.noSlotDeferMs, reason: 'throttle' };
+  }
+
+  /** Applies a delivery result: `temp` is an SMTP 4xx, `ok` a 2xx. Returns the new state. */
+  async onResult(ip: string, profile: IspProfile, domain: string, result: 'ok' | 'temp'): Promise<ThrottleState> {
+    const t = this.policy.throttle;
+    const s = await this.state(ip, profile, domain);
+    if (result === 'temp') {
+      s.rate = clamp(s.rate * profile.backoffFactor, profile.floor, profile.ceiling);
+      s.ok = 0;
+      s.fail++;
+      if (s.fail >= t.blockAfterFailures) {
+        s.blockedUntil = this.clock.now() + t.blockMs;
+        s.fail = 0;
+      }
+    } else {
+      s.fail = 0;
+      s.ok++;
+      if (s.ok >= t.recoverAfterSuccesses) {
+        s.rate = clamp(s.rate * profile.recoveryFactor, profile.floor, profile.ceiling);
+        s.ok = 0;
+      }
+    }
+    await this.coord.setJson(this.stateKey(ip, Throttle.destination(profile, domain)), s, t.stateTtlMs);
+    return s;
+  }
+}

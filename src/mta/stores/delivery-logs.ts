@@ -1,0 +1,196 @@
+import type { Db } from '../../shared/db/pool.js';
+
+export const LOG_STATUSES = ['sent', 'bounced', 'deferred', 'screened', 'suppressed', 'failed'] as const;
+export type LogStatus = (typeof LOG_STATUSES)[number];
+
+export interface DeliveryLogEntry {
+  messageId: string;
+  jobId: string | null;
+  organizationId: string;
+  recipient: string;
+  domain: string;
+  pool: string | null;
+  ip: string | null;
+  status: LogStatus;
+  hard?: boolean | null;
+  code?: number | null;
+  enhancedCode?: string | null;
+  reason?: string | null;
+  response?: string | null;
+  mxHost?: string | null;
+  attempt?: number | null;
+  /** Epoch ms (the injected clock's). */
+  at: number;
+}
+
+export interface DeliveryLogRecord extends Omit<DeliveryLogEntry, 'at'> {
+  id: string;
+  createdAt: string;
+}
+
+export interface LogQuery {
+  from?: number;
+  to?: number;
+  orgId?: string;
+  status?: LogStatus;
+  domain?: string;
+  limit: number;
+  /** Id of the last row of the previous page (newest first). */
+  cursor?: string;
+}
+
+const MAX_BATCH = 500;
+const COLS = ['message_id', 'job_id', 'organization_id', 'recipient', 'domain', 'pool', 'ip', 'status', 'hard', 'code', 'enhanced_code', 'reason', 'response', 'mx_host', 'attempt', 'created_at'];
+const TYPES = ['text', 'text', 'text', 'text', 'text', 'text', 'text', 'text', 'boolean', 'integer', 'text', 'text', 'text', 'text', 'integer', 'timestamptz'];
+const INSERT_SQL = `INSERT INTO mta_delivery_log (${COLS.join(', ')})
+  SELECT * FROM unnest(${TYPES.map((t, i) => `$${i + 1}::${t}[]`).join(', ')})`;
+
+/**
+ * Delivery log: one row per attempt outcome. Writes are group-committed: entries appended in
+ * the same moment share one multi-row INSERT, and each caller's promise resolves only after
+ * its row is committed (durable before the job is finished, without one round trip each).
+ */
+export class DeliveryLogStore {
+  private pending: { entry: DeliveryLogEntry; resolve: () => void; reject: (e: Error) => void }[] = [];
+  private flushing = false;
+  private scheduled = false;
+
+  constructor(private readonly db: Db) {}
+
+  append(entry: DeliveryLogEntry): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.pending.push({ entry, resolve, reject });
+      this.schedule();
+    });
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.flushing) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      void this.flush();
+    });
+  }
+
+  private async flush(): Promise<void> {
+    if (this.flushing || this.pending.length === 0) return;
+    this.flushing = true;
+    const batch = this.pending.splice(0, MAX_BATCH);
+    const cols: unknown[][] = COLS.map(() => []);
+    for (const { entry: e } of batch) {
+      const v = [e.messageId, e.jobId, e.organizationId, e.recipient, e.domain, e.pool, e.ip, e.status, e.hard ?? null, e.code ?? null,
+        e.enhancedCode ?? null, e.reason ?? null, e.response?.slice(0, 2000) ?? null, e.mxHost ?? null, e.attempt ?? null, new Date(e.at)];
+      v.forEach((x, i) => cols[i]!.push(x));
+    }
+    try {
+      await this.db.query({ name: 'mta_delivery_log_insert', text: INSERT_SQL, values: cols });
+      for (const b of batch) b.resolve();
+    } catch (err) {
+      for (const b of batch) b.reject(err as Error);
+    } finally {
+      this.flushing = false;
+      if (this.pending.length > 0) this.schedule();
+    }
+  }
+
+  async query(q: LogQuery): Promise<{ items: DeliveryLogRecord[]; nextCursor: string | null }> {
+    const { where, values } = filters(q);
+    if (q.cursor) {
+      values.push(q.cursor);
+      where.push(`id < $${values.length}`);
+    }
+    values.push(q.limit + 1);
+    const res = await this.db.query(
+      `SELECT * FROM mta_delivery_log ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY id DESC LIMIT $${values.length}`,
+      values,
+    );
+    const items = res.rows.slice(0, q.limit).map(toRecord);
+    return { items, nextCursor: res.rows.length > q.limit ? items[items.length - 1]!.id : null };
+  }
+
+  async forMessage(messageId: string): Promise<DeliveryLogRecord[]> {
+    const res = await this.db.query('SELECT * FROM mta_delivery_log WHERE message_id = $1 ORDER BY id LIMIT 1000', [messageId]);
+    return res.rows.map(toRecord);
+  }
+
+  /** Counts by status, by domain (top 100) and by pool over a date range. */
+  async stats(q: { from?: number; to?: number; orgId?: string }): Promise<{
+    total: number;
+    byStatus: Record<string, number>;
+    byDomain: { domain: string; count: number }[];
+    byPool: Record<string, number>;
+  }> {
+    const { where, values } = filters({ ...q, limit: 0 });
+    const w = where.length ? `WHERE ${where.join(' AND ')}` : '';
+    const [status, domain, pool] = await Promise.all([
+      this.db.query<{ k: string; n: number }>(`SELECT status AS k, count(*)::bigint AS n FROM mta_delivery_log ${w} GROUP BY status`, values),
+      this.db.query<{ k: string; n: number }>(
+        `SELECT domain AS k, count(*)::bigint AS n FROM mta_delivery_log ${w} GROUP BY domain ORDER BY n DESC, domain LIMIT 100`,
+        values,
+      ),
+      this.db.query<{ k: string; n: number }>(
+        `SELECT COALESCE(pool, 'none') AS k, count(*)::bigint AS n FROM mta_delivery_log ${w} GROUP BY 1`,
+        values,
+      ),
+    ]);
+    const byStatus: Record<string, number> = Object.fromEntries(LOG_STATUSES.map((s) => [s, 0]));
+    for (const r of status.rows) byStatus[r.k] = Number(r.n);
+    return {
+      total: Object.values(byStatus).reduce((a, b) => a + b, 0),
+      byStatus,
+      byDomain: domain.rows.map((r) => ({ domain: r.k, count: Number(r.n) })),
+      byPool: Object.fromEntries(pool.rows.map((r) => [r.k, Number(r.n)])),
+    };
+  }
+
+  /** Deletes rows older than `before` (epoch ms), in batches; returns how many. */
+  async prune(before: number): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const res = await this.db.query(
+        `DELETE FROM mta_delivery_log WHERE id IN (SELECT id FROM mta_delivery_log WHERE created_at < $1 ORDER BY created_at LIMIT 10000)`,
+        [new Date(before)],
+      );
+      total += res.rowCount ?? 0;
+      if ((res.rowCount ?? 0) < 10_000) return total;
+    }
+  }
+}
+
+function filters(q: Omit<LogQuery, 'cursor'>): { where: string[]; values: unknown[] } {
+  const where: string[] = [];
+  const values: unknown[] = [];
+  const add = (sql: string, v: unknown) => {
+    values.push(v);
+    where.push(sql.replace('?', `$${values.length}`));
+  };
+  if (q.from !== undefined) add('created_at >= ?', new Date(q.from));
+  if (q.to !== undefined) add('created_at < ?', new Date(q.to));
+  if (q.orgId !== undefined) add('organization_id = ?', q.orgId);
+  if (q.status !== undefined) add('status = ?', q.status);
+  if (q.domain !== undefined) add('domain = ?', q.domain);
+  return { where, values };
+}
+
+function toRecord(r: Record<string, any>): DeliveryLogRecord {
+  return {
+    id: String(r.id),
+    messageId: r.message_id,
+    jobId: r.job_id,
+    organizationId: r.organization_id,
+    recipient: r.recipient,
+    domain: r.domain,
+    pool: r.pool,
+    ip: r.ip,
+    status: r.status,
+    hard: r.hard,
+    code: r.code,
+    enhancedCode: r.enhanced_code,
+    reason: r.reason,
+    response: r.response,
+    mxHost: r.mx_host,
+    attempt: r.attempt,
+    createdAt: r.created_at.toISOString(),
+  };
+}

@@ -1,0 +1,171 @@
+import { mkdirSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { createBackend, type BackendRole } from '../backend/app.js';
+import { createMta, type MtaRole } from '../mta/app.js';
+import { systemClock, type Clock } from '../shared/clock.js';
+import { ConfigError, loadConfig, type Config, type Role } from '../shared/config.js';
+import { createCoordination } from '../shared/coord/index.js';
+import { CoordPersistence } from '../shared/coord/persist.js';
+import { createPool, type Db } from '../shared/db/pool.js';
+import { migrate } from '../shared/db/migrate.js';
+import { boundPort } from '../shared/http.js';
+import { createLogger, type Logger } from '../shared/log.js';
+import type { Services } from '../shared/services.js';
+import { startEmbeddedPostgres, type EmbeddedStore } from './embedded-postgres.js';
+import { isPlaceholderSecret, loadOrCreateSecrets } from './secrets.js';
+
+export interface StartOptions {
+  env?: Record<string, string | undefined>;
+  role?: Role;
+  clock?: Clock;
+  log?: Logger;
+  /** Where first-boot announcements go (URLs, generated secrets). Default: stdout. */
+  announce?: (line: string) => void;
+}
+
+export interface Running {
+  config: Config;
+  services: Services;
+  backend?: BackendRole;
+  mta?: MtaRole;
+  backendUrl?: string;
+  mtaUrl?: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Resolves configuration and secrets, then the store: an external PostgreSQL from
+ * DATABASE_URL, or the embedded one in DATA_DIR. Fills the defaults that only make sense
+ * when roles share a process (the backend finds the MTA on loopback and vice versa).
+ */
+async function prepareConfig(opts: StartOptions, role: Role) {
+  const env = { ...(opts.env ?? process.env) };
+  const config = loadConfig(env);
+  const dataDir = resolve(config.DATA_DIR);
+  const embedded = !config.DATABASE_URL;
+  const production = config.NODE_ENV === 'production';
+
+  if (production) {
+    const problems: string[] = [];
+    if (!config.BOUNCE_VERP_KEY) problems.push('BOUNCE_VERP_KEY is required in production');
+    else if (isPlaceholderSecret(config.BOUNCE_VERP_KEY)) problems.push('BOUNCE_VERP_KEY is a placeholder value; set a random key of at least 16 characters');
+    if (!embedded) {
+      for (const name of ['ADMIN_TOKEN', 'MTA_API_KEY', 'MTA_WEBHOOK_SECRET'] as const) {
+        if (!config[name]) problems.push(`${name} is required in production with an external DATABASE_URL (every instance must share it)`);
+      }
+    }
+    if (problems.length) throw new ConfigError(problems);
+  }
+
+  mkdirSync(dataDir, { recursive: true });
+  const secrets = loadOrCreateSecrets(dataDir, env, { embeddedStore: embedded });
+  Object.assign(config, secrets.values);
+
+  config.BASE_URL ??= `http://localhost:${config.PORT}`;
+  return { config, dataDir, embedded, generated: secrets.generated, postgresPassword: secrets.postgresPassword };
+}
+
+export async function startLettermill(opts: StartOptions = {}): Promise<Running> {
+  const role = opts.role ?? 'all';
+  const announce = opts.announce ?? ((line: string) => process.stdout.write(`${line}\n`));
+  const { config, dataDir, embedded, generated, postgresPassword } = await prepareConfig(opts, role);
+  const log = opts.log ?? createLogger({ level: config.LOG_LEVEL });
+  const clock = opts.clock ?? systemClock;
+
+  const cleanups: (() => Promise<void>)[] = [];
+  const cleanup = async () => {
+    for (const fn of cleanups.splice(0).reverse()) await fn().catch((err) => log.error({ err }, 'shutdown step failed'));
+  };
+
+  try {
+    let store: EmbeddedStore | undefined;
+    let databaseUrl = config.DATABASE_URL;
+    if (embedded) {
+      store = await startEmbeddedPostgres({ dataDir, password: postgresPassword!, log });
+      cleanups.push(() => store!.stop());
+      databaseUrl = store.url;
+      log.info({ port: store.port, dir: dataDir }, 'embedded PostgreSQL ready');
+    }
+    const db: Db = createPool(databaseUrl!, { max: 30, applicationName: `lettermill-${role}` });
+    cleanups.push(() => db.end());
+    await migrate(db, log);
+
+    const coord = createCoordination({ redisUrl: config.REDIS_URL, clock, log });
+    cleanups.push(() => coord.close());
+    if (coord.kind === 'memory') {
+      const persistence = new CoordPersistence({ db, coord, clock, log });
+      await persistence.load();
+      persistence.start();
+      cleanups.push(() => persistence.stop());
+    }
+    if (config.WEBHOOK_ALLOW_HOSTS.length) {
+      log.warn({ hosts: config.WEBHOOK_ALLOW_HOSTS }, 'WEBHOOK_ALLOW_HOSTS exempts these hosts from the outbound private-address rule');
+    }
+
+    const services: Services = { config, log, db, coord, clock };
+    const running: Running = { config, services, stop: cleanup };
+
+    if (role === 'backend' || role === 'all') {
+      const backend = await createBackend(services);
+      cleanups.push(async () => {
+        await backend.app.close(); // stop accepting, finish in-flight requests
+        await backend.stop();
+      });
+      await backend.app.listen({ host: config.HOST, port: config.PORT });
+      await backend.start();
+      running.backend = backend;
+      running.backendUrl = `http://${displayHost(config.HOST)}:${boundPort(backend.app)}`;
+    }
+    if (role === 'mta' || role === 'all') {
+      const mta = await createMta(services);
+      cleanups.push(async () => {
+        await mta.app.close();
+        await mta.stop(); // drains in-flight deliveries
+      });
+      await mta.app.listen({ host: config.HOST, port: config.MTA_PORT });
+      await mta.start();
+      running.mta = mta;
+      running.mtaUrl = `http://${displayHost(config.HOST)}:${boundPort(mta.app)}`;
+    }
+
+    if (role === 'all') {
+      // One process: each half reaches the other on loopback at the port it really bound.
+      const local = (app: { server: unknown } & Parameters<typeof boundPort>[0]) =>
+        `http://${config.HOST === '0.0.0.0' || config.HOST === '::' ? '127.0.0.1' : config.HOST}:${boundPort(app)}`;
+      config.MTA_URL ??= local(running.mta!.app);
+      config.MTA_WEBHOOK_URL ??= `${local(running.backend!.app)}/webhooks/mta`;
+    }
+    if (generated.length) {
+      announce('Generated on first boot and kept in ' + `${dataDir}/secrets.json (shown once):`);
+      for (const name of generated) announce(`  ${name}=${config[name]}`);
+    }
+    if (running.backendUrl) announce(`Lettermill backend  ${running.backendUrl}  (health: ${running.backendUrl}/api/v1/health)`);
+    if (running.mtaUrl) announce(`Lettermill MTA      ${running.mtaUrl}  (health: ${running.mtaUrl}/health)`);
+    return running;
+  } catch (err) {
+    await cleanup();
+    throw err;
+  }
+}
+
+function displayHost(host: string): string {
+  return host === '0.0.0.0' || host === '::' ? 'localhost' : host;
+}
+
+/** `lettermill migrate`: apply migrations and exit. */
+export async function migrateOnly(opts: StartOptions = {}): Promise<string[]> {
+  const { config, dataDir, embedded, postgresPassword } = await prepareConfig(opts, 'all');
+  const log = opts.log ?? createLogger({ level: config.LOG_LEVEL });
+  let store: EmbeddedStore | undefined;
+  try {
+    if (embedded) store = await startEmbeddedPostgres({ dataDir, password: postgresPassword!, log });
+    const db = createPool(store?.url ?? config.DATABASE_URL!, { max: 2 });
+    try {
+      return await migrate(db, log);
+    } finally {
+      await db.end();
+    }
+  } finally {
+    await store?.stop();
+  }
+}

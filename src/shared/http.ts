@@ -1,0 +1,86 @@
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { AppError, CATEGORY_STATUS, envelope, type ErrorCategory } from './errors.js';
+import type { Logger } from './log.js';
+
+export type HttpApp = FastifyInstance<any, any, any, any, TypeBoxTypeProvider>;
+
+const STATUS_CATEGORY: Record<number, ErrorCategory> = Object.fromEntries(
+  Object.entries(CATEGORY_STATUS).map(([c, s]) => [s, c as ErrorCategory]),
+);
+
+/**
+ * A Fastify instance with the house rules: TypeBox schemas that reject unknown fields
+ * (no silent stripping), the error envelope on every failure, no stack traces on the wire.
+ */
+export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProxy?: boolean | string }): HttpApp {
+  const app = Fastify({
+    loggerInstance: opts.log,
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: opts.bodyLimit ?? 1024 * 1024,
+    trustProxy: opts.trustProxy ?? false,
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
+    return503OnClosing: true,
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  app.setErrorHandler(errorHandler);
+  app.setNotFoundHandler((req, reply) => {
+    reply.code(404).send(envelope('not_found', `Route not found: ${req.method} ${req.url.split('?')[0]}`));
+  });
+  return app;
+}
+
+function validationMessage(err: FastifyError): string {
+  const v = err.validation?.[0];
+  if (!v) return err.message;
+  const where = `${err.validationContext ?? 'request'}${v.instancePath.replace(/\//g, '.')}`;
+  if (v.keyword === 'additionalProperties') {
+    return `Unknown field: ${where}.${(v.params as { additionalProperty: string }).additionalProperty}`;
+  }
+  if (v.keyword === 'required') {
+    return `Missing required field: ${where}.${(v.params as { missingProperty: string }).missingProperty}`;
+  }
+  return `Invalid ${where}: ${v.message}`;
+}
+
+export function errorHandler(err: FastifyError | AppError, req: FastifyRequest, reply: FastifyReply): void {
+  if (err instanceof AppError) {
+    reply.code(err.status).headers(err.headers).send(err.toEnvelope());
+    return;
+  }
+  const fe = err as FastifyError;
+  if (fe.validation) {
+    reply.code(400).send(envelope('invalid_input', validationMessage(fe), 'validation_error'));
+    return;
+  }
+  switch (fe.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      reply.code(400).send(envelope('invalid_input', 'Request body is too large', 'body_too_large'));
+      return;
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      reply
+        .code(400)
+        .send(envelope('invalid_input', `Unsupported Content-Type: ${req.headers['content-type'] ?? 'none'}`, 'unsupported_media_type'));
+      return;
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      reply.code(400).send(envelope('invalid_input', 'Request body is empty but Content-Type is application/json', 'invalid_json'));
+      return;
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      reply.code(400).send(envelope('invalid_input', 'Request body is not valid JSON', 'invalid_json'));
+      return;
+  }
+  const status = fe.statusCode && fe.statusCode >= 400 && fe.statusCode < 600 ? fe.statusCode : 500;
+  if (status >= 500) {
+    req.log.error({ err }, 'request failed');
+    reply.code(status).send(envelope(STATUS_CATEGORY[status] ?? 'internal', 'Internal server error'));
+    return;
+  }
+  const message = fe instanceof SyntaxError ? 'Request body is not valid JSON' : fe.message;
+  reply.code(status).send(envelope(STATUS_CATEGORY[status] ?? 'invalid_input', message));
+}
+
+/** Port a listening app was bound to (for PORT=0 in tests). */
+export function boundPort(app: HttpApp): number {
+  const addr = app.server.address();
+  return typeof addr === 'object' && addr ? addr.port : 0;
+}

@@ -1,0 +1,158 @@
+import { describe, expect, it } from 'vitest';
+import { FeedbackFormatError, type LifecycleEvent } from '../../../src/backend/feedback/lifecycle.js';
+import { translateMta } from '../../../src/backend/feedback/translate/mta.js';
+import { translateResend } from '../../../src/backend/feedback/translate/resend.js';
+import { translateSes } from '../../../src/backend/feedback/translate/ses.js';
+import { mandrillBatchTime, translateMandrill } from '../../../src/backend/feedback/translate/mandrill.js';
+import { translateRelay } from '../../../src/backend/feedback/translate/relay.js';
+import { mapSuppressionReason } from '../../../src/backend/feedback/translate/common.js';
+import { SUPPRESSION_REASONS } from '../../../src/backend/feedback/lifecycle.js';
+import { fixture } from './helpers.js';
+
+const NOW = Date.UTC(2026, 0, 1, 12, 0, 0);
+const json = (v: unknown) => Buffer.from(JSON.stringify(v));
+const lifecycle = (t: { events: unknown[] }) => t.events as LifecycleEvent[];
+
+describe('MTA translation', () => {
+  it('bounced keeps the MTA\'s own hard/soft classification and reason', () => {
+    const [hard] = lifecycle(
+      translateMta(json({ event: 'bounced', timestamp: '2026-01-01T11:59:00.000Z', data: { messageId: 'm1', recipient: 'A@X.test', bounceType: 'hard', reason: 'userunknown', diagnosticCode: '550 5.1.1 no such user' } }), NOW),
+    );
+    expect(hard).toMatchObject({ status: 'bounced', recipient: 'a@x.test', providerMessageId: 'm1', bounce: { type: 'hard', reason: 'userunknown' }, occurredAt: NOW - 60_000 });
+    // A reason that would look hard stays soft when the MTA says soft.
+    const [soft] = lifecycle(translateMta(json({ event: 'bounced', data: { messageId: 'm1', recipient: 'a@x.test', hard: false, reason: 'userunknown' } }), NOW));
+    expect(soft!.bounce).toMatchObject({ type: 'soft', reason: 'userunknown' });
+  });
+
+  it('an event id is the MTA\'s id, or a hash that ignores key order (dead-letter retries re-serialize)', () => {
+    const a = translateMta(Buffer.from('{"event":"sent","timestamp":"t","data":{"messageId":"m","recipient":"a@x.test"}}'), NOW);
+    const b = translateMta(Buffer.from('{"data":{"recipient":"a@x.test","messageId":"m"},"timestamp":"t","event":"sent"}'), NOW);
+    const c = translateMta(Buffer.from('{"event":"sent","timestamp":"t2","data":{"messageId":"m","recipient":"a@x.test"}}'), NOW);
+    expect(a.events[0]!.eventId).toBe(b.events[0]!.eventId);
+    expect(a.events[0]!.eventId).not.toBe(c.events[0]!.eventId);
+    expect(translateMta(json({ id: 'evt_1', event: 'sent', data: { messageId: 'm', recipient: 'a@x.test' } }), NOW).events[0]!.eventId).toBe('evt_1');
+  });
+
+  it('operational events carry severity, organization and IP', () => {
+    const t = translateMta(json({ event: 'org.circuit_breaker', data: { organizationId: 'org_1', severity: 'critical', bounceRate: 0.2 } }), NOW);
+    expect(t.events[0]).toMatchObject({ kind: 'operational', event: 'org.circuit_breaker', severity: 'critical', organizationId: 'org_1' });
+    expect(translateMta(json({ event: 'ip.blocklisted', data: { ip: '192.0.2.1', zones: ['zen'] } }), NOW).events[0]).toMatchObject({ severity: 'warning', ip: '192.0.2.1' });
+    expect(translateMta(json({ event: 'ip.delisted', data: { ip: '192.0.2.1' } }), NOW).events[0]).toMatchObject({ severity: 'info' });
+  });
+
+  it('unknown events are acknowledged and ignored; malformed ones are format errors', () => {
+    expect(translateMta(json({ event: 'queue.drained', data: {} }), NOW)).toEqual({ events: [], ignored: 'unknown MTA event queue.drained' });
+    expect(() => translateMta(Buffer.from('not json'), NOW)).toThrow(FeedbackFormatError);
+    expect(() => translateMta(json({ event: 'bounced', data: { recipient: 'a@x.test' } }), NOW)).toThrow(/bounceType/);
+    expect(() => translateMta(json({ event: 'sent', data: { recipient: 'nope' } }), NOW)).toThrow(/recipient/);
+    expect(() => translateMta(json({ event: 'inbound.received', data: { from: 'a@x.test' } }), NOW)).toThrow(/data.to/);
+  });
+});
+
+describe('Resend translation', () => {
+  it('a Permanent bounce is hard, keyed by the svix id', () => {
+    const [e] = lifecycle(translateResend(fixture('feedback/resend-bounced.json'), 'msg_1', NOW));
+    expect(e).toMatchObject({
+      source: 'resend',
+      eventId: 'msg_1',
+      status: 'bounced',
+      recipient: 'bounced@example.com',
+      providerMessageId: '56761188-7520-42d8-8898-ff6fc54ce618',
+      bounce: { type: 'hard', reason: 'userunknown' },
+    });
+  });
+
+  it('without a type, hard or soft comes from the message', () => {
+    const base = JSON.parse(fixture('feedback/resend-bounced.json').toString());
+    delete base.data.bounce.type;
+    expect(lifecycle(translateResend(json(base), 'm', NOW))[0]!.bounce!.type).toBe('hard');
+    base.data.bounce.message = '452 4.2.2 Mailbox full';
+    expect(lifecycle(translateResend(json(base), 'm', NOW))[0]!.bounce).toMatchObject({ type: 'soft', reason: 'mailboxfull' });
+  });
+
+  it('complaints are acted on; the five analytics events are ignored', () => {
+    expect(lifecycle(translateResend(fixture('feedback/resend-complained.json'), 'msg_2', NOW))[0]).toMatchObject({ status: 'complained', recipient: 'complainer@example.com' });
+    for (const type of ['email.sent', 'email.delivered', 'email.delivery_delayed', 'email.opened', 'email.clicked']) {
+      expect(translateResend(json({ type, data: {} }), 'm', NOW)).toEqual({ events: [], ignored: type });
+    }
+  });
+});
+
+describe('SES translation', () => {
+  it('Bounce: Permanent is hard, with one event per recipient keyed by SNS message id and address', () => {
+    const [e] = lifecycle(translateSes(fixture('feedback/ses-bounce-permanent.json').toString(), 'sns-1', NOW));
+    expect(e).toMatchObject({ eventId: 'sns-1:jane@example.com', status: 'bounced', recipient: 'jane@example.com', bounce: { type: 'hard', reason: 'userunknown' } });
+    const [t] = lifecycle(translateSes(fixture('feedback/ses-bounce-transient.json').toString(), 'sns-2', NOW));
+    expect(t!.bounce).toMatchObject({ type: 'soft', reason: 'mailboxfull' });
+  });
+
+  it('Complaint and Delivery', () => {
+    expect(lifecycle(translateSes(fixture('feedback/ses-complaint.json').toString(), 's', NOW))[0]).toMatchObject({ status: 'complained', complaint: { feedbackType: 'abuse' } });
+    const d = lifecycle(translateSes(fixture('feedback/ses-delivery.json').toString(), 's', NOW));
+    expect(d.map((e) => [e.status, e.recipient])).toEqual([
+      ['delivered', 'success@example.com'],
+      ['delivered', 'second@example.com'],
+    ]);
+  });
+
+  it('event publishing (eventType) works the same; Open is ignored', () => {
+    const n = JSON.parse(fixture('feedback/ses-complaint.json').toString());
+    n.eventType = n.notificationType;
+    delete n.notificationType;
+    expect(translateSes(JSON.stringify(n), 's', NOW).events).toHaveLength(1);
+    expect(translateSes(JSON.stringify({ eventType: 'Open', mail: {} }), 's', NOW)).toEqual({ events: [], ignored: 'SES Open' });
+    expect(() => translateSes('Hello world', 's', NOW)).toThrow(FeedbackFormatError);
+  });
+});
+
+describe('Mandrill translation', () => {
+  it('translates hard_bounce, soft_bounce, spam, reject, delivered and ignores the rest', () => {
+    const events = JSON.parse(fixture('feedback/mandrill-events.json').toString());
+    const out = lifecycle(translateMandrill(events, NOW));
+    expect(out.map((e) => [e.status, e.recipient, e.bounce?.type ?? null])).toEqual([
+      ['bounced', 'hard@example.com', 'hard'],
+      ['bounced', 'soft@example.com', 'soft'],
+      ['complained', 'spam@example.com', null],
+      ['rejected', 'rejected@example.com', null],
+      ['delivered', 'ok@example.com', null],
+    ]);
+    expect(out[0]!.bounce!.reason).toBe('userunknown');
+    expect(new Set(out.map((e) => e.eventId)).size).toBe(5);
+    expect(mandrillBatchTime(events)).toBe(1767268796);
+  });
+});
+
+describe('relay translation', () => {
+  it('maps every lifecycle event; loaded and clicked are ignored', () => {
+    const names = ['accepted', 'attempted', 'delivered', 'bounced', 'complained', 'failed', 'rejected', 'suppressed'];
+    const out = lifecycle(translateRelay(json(names.map((event, i) => ({ id: `e${i}`, event, recipient: 'r@x.test', messageId: 'm' }))), NOW));
+    expect(out.map((e) => e.status)).toEqual(names);
+    expect(translateRelay(json([{ id: 'a', event: 'loaded' }, { id: 'b', event: 'clicked' }]), NOW)).toEqual({ events: [], ignored: 'loaded, clicked' });
+  });
+
+  it('suppression reasons map into the closed vocabulary, unknown to "unknown"', () => {
+    const cases: [string, string][] = [
+      ['Hard-Bounce', 'hard_bounce'],
+      ['spam_complaint', 'complaint'],
+      ['UNSUBSCRIBED', 'unsubscribed'],
+      ['invalid recipient', 'invalid_address'],
+      ['manual', 'manual'],
+      ['blocked', 'policy'],
+      ['Mailbox of ceo@othercorp.test flagged by ops', 'unknown'],
+    ];
+    for (const [raw, want] of cases) {
+      const [e] = lifecycle(translateRelay(json({ id: 'x', event: 'suppressed', recipient: 'r@x.test', suppression: { reason: raw } }), NOW));
+      expect(e!.suppression!.reason).toBe(want);
+      expect(SUPPRESSION_REASONS).toContain(e!.suppression!.reason);
+    }
+    expect(mapSuppressionReason(undefined)).toBe('unknown');
+  });
+
+  it('bounce type from the relay, else from the diagnostic', () => {
+    const [a] = lifecycle(translateRelay(json({ id: 'x', event: 'bounced', recipient: 'r@x.test', bounce: { type: 'hard', reason: 'userunknown' } }), NOW));
+    expect(a!.bounce).toMatchObject({ type: 'hard', reason: 'userunknown' });
+    const [b] = lifecycle(translateRelay(json({ id: 'x', event: 'bounced', recipient: 'r@x.test', bounce: { diagnostic: '550 5.1.1 user unknown' } }), NOW));
+    expect(b!.bounce).toMatchObject({ type: 'hard', reason: 'userunknown' });
+    expect(() => translateRelay(json({ event: 'bounced', recipient: 'r@x.test' }), NOW)).toThrow(/id/);
+  });
+});

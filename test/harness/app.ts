@@ -1,0 +1,39 @@
+/** The whole app in-process on ephemeral ports against a fresh database. */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startLettermill, type Running } from '../../src/runtime/boot.js';
+import type { Clock } from '../../src/shared/clock.js';
+import type { Role } from '../../src/shared/config.js';
+import { createTestDatabase, type TestDatabase } from './db.js';
+
+export interface TestApp extends Running {
+  db: TestDatabase;
+  dataDir: string;
+  close(): Promise<void>;
+}
+
+export async function startTestApp(opts: { env?: Record<string, string>; role?: Role; clock?: Clock; db?: TestDatabase } = {}): Promise<TestApp> {
+  const db = opts.db ?? (await createTestDatabase());
+  const dataDir = mkdtempSync(join(tmpdir(), 'lm-test-app-'));
+  const env: Record<string, string> = {
+    NODE_ENV: 'test',
+    LOG_LEVEL: process.env.LM_TEST_LOG_LEVEL ?? 'silent',
+    HOST: '127.0.0.1',
+    PORT: '0',
+    MTA_PORT: '0',
+    DATA_DIR: dataDir,
+    DATABASE_URL: db.url,
+    ...opts.env,
+  };
+  const running = await startLettermill({ env, role: opts.role ?? 'all', clock: opts.clock, announce: () => {} });
+  return Object.assign(running, {
+    db,
+    dataDir,
+    async close() {
+      await running.stop();
+      if (!opts.db) await db.drop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  });
+}

@@ -1,0 +1,440 @@
+/**
+ * One behavioural contract for both coordination adapters, driven by a ManualClock (no sleeps).
+ * The Redis run uses LM_TEST_REDIS_URL (CI) or a local server when one answers.
+ */
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { ManualClock } from '../../src/shared/clock.js';
+import { MemoryCoordination } from '../../src/shared/coord/memory.js';
+import { RedisCoordination } from '../../src/shared/coord/redis.js';
+import { createCoordination } from '../../src/shared/coord/index.js';
+import type { Coordination } from '../../src/shared/coord/types.js';
+
+const configuredRedisUrl = inject('redisUrl');
+const redisUrl = configuredRedisUrl || 'redis://127.0.0.1:6379';
+const keyPrefix = `lmtest:${randomBytes(6).toString('hex')}:`;
+
+async function probe(url: string): Promise<boolean> {
+  const r = new Redis(url, {
+    lazyConnect: true,
+    connectTimeout: 1000,
+    maxRetriesPerRequest: 0,
+    enableOfflineQueue: false,
+    retryStrategy: () => null,
+  });
+  r.on('error', () => {});
+  try {
+    await r.connect();
+    return (await r.ping()) === 'PONG';
+  } catch {
+    return false;
+  } finally {
+    r.disconnect();
+  }
+}
+
+const redisAvailable = await probe(redisUrl);
+// A Redis that CI asked for must be there; only the local fallback may be absent.
+if (configuredRedisUrl && !redisAvailable) throw new Error(`LM_TEST_REDIS_URL ${configuredRedisUrl} is unreachable`);
+
+// Everything the Redis runs wrote lives under this file's prefix; remove it however the run went.
+afterAll(async () => {
+  if (!redisAvailable) return;
+  const admin = new Redis(redisUrl);
+  try {
+    let cursor = '0';
+    do {
+      const [next, keys] = await admin.scan(cursor, 'MATCH', `${keyPrefix}*`, 'COUNT', 1000);
+      if (keys.length) await admin.unlink(...keys);
+      cursor = next;
+    } while (cursor !== '0');
+  } finally {
+    await admin.quit();
+  }
+});
+
+let seq = 0;
+/** A key no other test uses (the Redis keyspace is shared by the whole run). */
+const k = (name: string) => `${name}:${++seq}`;
+
+function contract(name: string, makeAdapter: (clock: ManualClock) => Coordination, enabled = true) {
+  describe.runIf(enabled)(`coordination contract: ${name}`, () => {
+    let clock: ManualClock;
+    let c: Coordination;
+    beforeAll(() => {
+      clock = new ManualClock();
+      c = makeAdapter(clock);
+    });
+    afterAll(async () => {
+      await c?.close();
+    });
+
+    describe('sliding window', () => {
+      it('allows exactly `limit` events, then refuses until the oldest leaves the window', async () => {
+        const key = k('sw');
+        expect(await c.slidingWindow(key, 3, 1000)).toEqual({ allowed: true, count: 1, retryAfterMs: 0 });
+        clock.advance(100);
+        expect(await c.slidingWindow(key, 3, 1000)).toEqual({ allowed: true, count: 2, retryAfterMs: 0 });
+        clock.advance(100);
+        expect(await c.slidingWindow(key, 3, 1000)).toEqual({ allowed: true, count: 3, retryAfterMs: 0 });
+        // t=200: the event of t=0 leaves at t=1000.
+        expect(await c.slidingWindow(key, 3, 1000)).toEqual({ allowed: false, count: 3, retryAfterMs: 800 });
+        clock.advance(799);
+        expect(await c.slidingWindow(key, 3, 1000)).toEqual({ allowed: false, count: 3, retryAfterMs: 1 });
+        clock.advance(1);
+        expect(await c.slidingWindow(key, 3, 1000)).toEqual({ allowed: true, count: 3, retryAfterMs: 0 });
+        // Window now holds t=100, t=200, t=1000: the next slot frees at t=1100.
+        expect(await c.slidingWindow(key, 3, 1000)).toEqual({ allowed: false, count: 3, retryAfterMs: 100 });
+        clock.advance(5000);
+        expect(await c.slidingWindow(key, 3, 1000)).toEqual({ allowed: true, count: 1, retryAfterMs: 0 });
+      });
+
+      it('counts events of the same millisecond separately and keeps keys apart', async () => {
+        const a = k('sw');
+        const b = k('sw');
+        for (let i = 1; i <= 5; i++) expect((await c.slidingWindow(a, 5, 60_000)).count).toBe(i);
+        expect(await c.slidingWindow(a, 5, 60_000)).toEqual({ allowed: false, count: 5, retryAfterMs: 60_000 });
+        expect(await c.slidingWindow(b, 5, 60_000)).toEqual({ allowed: true, count: 1, retryAfterMs: 0 });
+      });
+
+      it('a lowered limit waits until enough events have left; limit 0 never allows', async () => {
+        const key = k('sw');
+        for (let i = 0; i < 4; i++) {
+          await c.slidingWindow(key, 4, 1000);
+          clock.advance(10);
+        }
+        // Events at 0, 10, 20, 30; now 40. With limit 2 only one may remain before the next is
+        // recorded, so the events of 0, 10 and 20 must leave: at t=1020.
+        expect(await c.slidingWindow(key, 2, 1000)).toEqual({ allowed: false, count: 4, retryAfterMs: 980 });
+        expect(await c.slidingWindow(k('sw'), 0, 1000)).toEqual({ allowed: false, count: 0, retryAfterMs: 1000 });
+        await expect(c.slidingWindow(key, 1.5, 1000)).rejects.toThrow(RangeError);
+      });
+    });
+
+    describe('token bucket', () => {
+      it('bursts to capacity, then refills at refillPerSec', async () => {
+        const key = k('tb');
+        for (let i = 4; i >= 0; i--) {
+          expect(await c.tokenBucket(key, 5, 2)).toEqual({ allowed: true, remaining: i, retryAfterMs: 0, resetMs: (5 - i) * 500 });
+        }
+        expect(await c.tokenBucket(key, 5, 2)).toEqual({ allowed: false, remaining: 0, retryAfterMs: 500, resetMs: 2500 });
+        clock.advance(250);
+        expect(await c.tokenBucket(key, 5, 2)).toEqual({ allowed: false, remaining: 0, retryAfterMs: 250, resetMs: 2250 });
+        clock.advance(250);
+        expect(await c.tokenBucket(key, 5, 2)).toEqual({ allowed: true, remaining: 0, retryAfterMs: 0, resetMs: 2500 });
+        // A long pause refills only up to capacity.
+        clock.advance(3_600_000);
+        expect(await c.tokenBucket(key, 5, 2, 5)).toEqual({ allowed: true, remaining: 0, retryAfterMs: 0, resetMs: 2500 });
+        expect((await c.tokenBucket(key, 5, 2)).allowed).toBe(false);
+      });
+
+      it('refills fractionally and waiting retryAfterMs is enough', async () => {
+        const slow = k('tb');
+        await c.tokenBucket(slow, 2, 0.5, 2);
+        expect(await c.tokenBucket(slow, 2, 0.5)).toEqual({ allowed: false, remaining: 0, retryAfterMs: 2000, resetMs: 4000 });
+        clock.advance(1000);
+        expect(await c.tokenBucket(slow, 2, 0.5)).toEqual({ allowed: false, remaining: 0, retryAfterMs: 1000, resetMs: 3000 });
+        clock.advance(1000);
+        expect(await c.tokenBucket(slow, 2, 0.5)).toEqual({ allowed: true, remaining: 0, retryAfterMs: 0, resetMs: 4000 });
+
+        const odd = k('tb');
+        await c.tokenBucket(odd, 3, 1.5, 3);
+        clock.advance(333); // 0.4995 tokens
+        const refused = await c.tokenBucket(odd, 3, 1.5);
+        expect(refused).toEqual({ allowed: false, remaining: 0, retryAfterMs: 334, resetMs: 1667 });
+        clock.advance(refused.retryAfterMs);
+        expect((await c.tokenBucket(odd, 3, 1.5)).allowed).toBe(true);
+      });
+
+      it('charges `cost`, keeps keys apart and rejects impossible arguments', async () => {
+        const a = k('tb');
+        const b = k('tb');
+        expect(await c.tokenBucket(a, 10, 1, 4)).toMatchObject({ allowed: true, remaining: 6 });
+        expect(await c.tokenBucket(a, 10, 1, 4)).toMatchObject({ allowed: true, remaining: 2 });
+        expect(await c.tokenBucket(a, 10, 1, 4)).toEqual({ allowed: false, remaining: 2, retryAfterMs: 2000, resetMs: 8000 });
+        expect(await c.tokenBucket(b, 10, 1, 4)).toMatchObject({ allowed: true, remaining: 6 });
+        await expect(c.tokenBucket(a, 10, 1, 11)).rejects.toThrow(RangeError);
+        await expect(c.tokenBucket(a, 10, 0)).rejects.toThrow(RangeError);
+      });
+    });
+
+    describe('counters', () => {
+      it('expire at the TTL set on creation; incr does not extend it', async () => {
+        const key = k('ctr');
+        expect(await c.incr(key, 1, 1000)).toBe(1);
+        clock.advance(500);
+        expect(await c.incr(key, 2, 1000)).toBe(3);
+        clock.advance(499);
+        expect(await c.getCounter(key)).toBe(3);
+        clock.advance(1);
+        expect(await c.getCounter(key)).toBe(0);
+        // After expiry the next incr starts a new counter with a new TTL.
+        expect(await c.incr(key, 5, 1000)).toBe(5);
+        clock.advance(999);
+        expect(await c.getCounter(key)).toBe(5);
+        clock.advance(1);
+        expect(await c.getCounter(key)).toBe(0);
+      });
+
+      it('add fractions with the same arithmetic as JavaScript', async () => {
+        const key = k('ctr');
+        await c.incr(key, 0.1, 60_000);
+        expect(await c.incr(key, 0.2, 60_000)).toBe(0.1 + 0.2);
+        expect(await c.incr(key, -0.3, 60_000)).toBe(0.1 + 0.2 - 0.3);
+        expect(await c.getCounter(key)).toBe(0.1 + 0.2 - 0.3);
+      });
+
+      it('getCounters reads several at once: live, absent and expired', async () => {
+        const live = k('ctr');
+        const gone = k('ctr');
+        await c.incr(gone, 7, 100);
+        await c.incr(live, 4, 10_000);
+        clock.advance(100);
+        expect(await c.getCounters([live, k('ctr'), gone, live])).toEqual([4, 0, 0, 4]);
+        expect(await c.getCounters([])).toEqual([]);
+        expect(await c.getCounter(k('ctr'))).toBe(0);
+      });
+
+      it('setCounter replaces value and TTL', async () => {
+        const key = k('ctr');
+        await c.incr(key, 3, 100);
+        await c.setCounter(key, 42, 2000);
+        clock.advance(1000);
+        expect(await c.incr(key, 1, 10)).toBe(43);
+        clock.advance(999);
+        expect(await c.getCounter(key)).toBe(43);
+        clock.advance(1);
+        expect(await c.getCounter(key)).toBe(0);
+      });
+    });
+
+    describe('ring buffer', () => {
+      it('keeps the last `size` values, oldest first', async () => {
+        const key = k('ring');
+        expect(await c.ringPush(key, 'a', 3)).toEqual(['a']);
+        expect(await c.ringPush(key, 'b', 3)).toEqual(['a', 'b']);
+        expect(await c.ringPush(key, 'c', 3)).toEqual(['a', 'b', 'c']);
+        expect(await c.ringPush(key, 'd', 3)).toEqual(['b', 'c', 'd']);
+        expect(await c.ringPush(key, 'e', 3)).toEqual(['c', 'd', 'e']);
+        expect(await c.ringRead(key)).toEqual(['c', 'd', 'e']);
+        // The size given with a push applies from then on, in either direction.
+        expect(await c.ringPush(key, 'f', 2)).toEqual(['e', 'f']);
+        expect(await c.ringPush(key, 'g', 4)).toEqual(['e', 'f', 'g']);
+        await c.ringClear(key);
+        expect(await c.ringRead(key)).toEqual([]);
+        expect(await c.ringRead(k('ring'))).toEqual([]);
+        await expect(c.ringPush(key, 'x', 0)).rejects.toThrow(RangeError);
+      });
+    });
+
+    describe('lease', () => {
+      it('is exclusive, renewed by its owner, taken over after expiry, released only by its owner', async () => {
+        const key = k('lease');
+        expect(await c.acquireLease(key, 'A', 1000)).toBe(true);
+        expect(await c.acquireLease(key, 'B', 1000)).toBe(false);
+        expect(await c.leaseHolder(key)).toBe('A');
+        clock.advance(600);
+        expect(await c.acquireLease(key, 'A', 1000)).toBe(true); // renewed until t=1600
+        clock.advance(600);
+        expect(await c.acquireLease(key, 'B', 1000)).toBe(false);
+        expect(await c.leaseHolder(key)).toBe('A');
+        clock.advance(400);
+        expect(await c.leaseHolder(key)).toBeNull();
+        expect(await c.acquireLease(key, 'B', 1000)).toBe(true);
+        expect(await c.leaseHolder(key)).toBe('B');
+        await c.releaseLease(key, 'A');
+        expect(await c.leaseHolder(key)).toBe('B');
+        await c.releaseLease(key, 'B');
+        expect(await c.leaseHolder(key)).toBeNull();
+        expect(await c.acquireLease(key, 'A', 1000)).toBe(true);
+        expect(await c.leaseHolder(k('lease'))).toBeNull();
+      });
+    });
+
+    describe('semaphore', () => {
+      it('enforces the limit; re-acquiring refreshes; release and expiry free permits', async () => {
+        const key = k('sem');
+        expect(await c.semaphoreAcquire(key, 'h1', 2, 1000)).toBe(true);
+        expect(await c.semaphoreAcquire(key, 'h2', 2, 1000)).toBe(true);
+        expect(await c.semaphoreAcquire(key, 'h3', 2, 1000)).toBe(false);
+        expect(await c.semaphoreCount(key)).toBe(2);
+        clock.advance(500);
+        expect(await c.semaphoreAcquire(key, 'h1', 2, 1000)).toBe(true); // refresh to t=1500, no second permit
+        expect(await c.semaphoreCount(key)).toBe(2);
+        expect(await c.semaphoreAcquire(key, 'h3', 2, 1000)).toBe(false);
+        clock.advance(500); // h2 expired at t=1000
+        expect(await c.semaphoreCount(key)).toBe(1);
+        expect(await c.semaphoreAcquire(key, 'h3', 2, 1000)).toBe(true);
+        expect(await c.semaphoreAcquire(key, 'h4', 2, 1000)).toBe(false);
+        await c.semaphoreRelease(key, 'h3');
+        await c.semaphoreRelease(key, 'nobody');
+        expect(await c.semaphoreCount(key)).toBe(1);
+        expect(await c.semaphoreAcquire(key, 'h4', 2, 1000)).toBe(true);
+        clock.advance(500); // h1 expired at t=1500
+        expect(await c.semaphoreCount(key)).toBe(1);
+        clock.advance(1000);
+        expect(await c.semaphoreCount(key)).toBe(0);
+        expect(await c.semaphoreCount(k('sem'))).toBe(0);
+      });
+    });
+
+    describe('JSON values', () => {
+      it('round-trip, expire with a TTL and last forever without one', async () => {
+        const key = k('json');
+        const value = { state: 'open', failures: [1, 2], nested: { ok: false }, note: 'ünïcode' };
+        await c.setJson(key, value);
+        expect(await c.getJson(key)).toEqual(value);
+        clock.advance(365 * 86_400_000);
+        expect(await c.getJson(key)).toEqual(value);
+
+        await c.setJson(key, { v: 2 }, 1000);
+        clock.advance(999);
+        expect(await c.getJson(key)).toEqual({ v: 2 });
+        clock.advance(1);
+        expect(await c.getJson(key)).toBeNull();
+
+        // Setting again without a TTL removes the old one.
+        await c.setJson(key, { v: 3 }, 1000);
+        await c.setJson(key, { v: 4 });
+        clock.advance(5000);
+        expect(await c.getJson(key)).toEqual({ v: 4 });
+        expect(await c.getJson(k('json'))).toBeNull();
+      });
+
+      it('returns copies and stores scalars', async () => {
+        const key = k('json');
+        const value = { list: [1] };
+        await c.setJson(key, value);
+        value.list.push(2);
+        const read = await c.getJson<{ list: number[] }>(key);
+        expect(read).toEqual({ list: [1] });
+        read!.list.push(3);
+        expect(await c.getJson(key)).toEqual({ list: [1] });
+        await c.setJson(key, 12.5);
+        expect(await c.getJson(key)).toBe(12.5);
+        await c.setJson(key, 'text');
+        expect(await c.getJson(key)).toBe('text');
+        await c.setJson(key, null);
+        expect(await c.getJson(key)).toBeNull();
+      });
+    });
+
+    it('ping answers true', async () => {
+      expect(await c.ping()).toBe(true);
+    });
+  });
+}
+
+contract('memory', (clock) => new MemoryCoordination({ clock }));
+contract('redis', (clock) => new RedisCoordination({ url: redisUrl, keyPrefix, clock }), redisAvailable);
+
+describe('memory adapter', () => {
+  it('sweeps expired entries without being asked', async () => {
+    const clock = new ManualClock();
+    const c = new MemoryCoordination({ clock });
+    for (let i = 0; i < 1000; i++) {
+      await c.incr(`ctr:${i}`, 1, 1000);
+      await c.slidingWindow(`sw:${i}`, 5, 1000);
+      await c.tokenBucket(`tb:${i}`, 5, 10);
+      await c.acquireLease(`lease:${i}`, 'me', 1000);
+      await c.semaphoreAcquire(`sem:${i}`, 'me', 1, 1000);
+      await c.setJson(`json:${i}`, i, 1000);
+    }
+    expect(c.size()).toBeGreaterThan(5000);
+    clock.advance(1000);
+    for (let i = 0; i < 5000; i++) await c.setJson('keep', i);
+    expect(c.size()).toBe(1);
+  });
+
+  it('reports changed persist: counters and JSON values once', async () => {
+    const clock = new ManualClock();
+    const c = new MemoryCoordination({ clock });
+    await c.incr('persist:day', 2, 86_400_000);
+    await c.incr('persist:day', 3, 86_400_000);
+    await c.setJson('persist:state', { a: 1 });
+    await c.incr('plain', 1, 1000);
+    await c.setJson('plain', 1);
+    const t = clock.now();
+    expect(c.dirtyPersistentEntries()).toEqual([
+      { key: 'persist:day', kind: 'counter', value: 5, expiresAt: t + 86_400_000 },
+      { key: 'persist:state', kind: 'json', json: '{"a":1}', expiresAt: null },
+    ]);
+    expect(c.dirtyPersistentEntries()).toEqual([]);
+  });
+
+  it('createCoordination picks memory without a Redis URL', async () => {
+    expect(createCoordination({}).kind).toBe('memory');
+    expect(createCoordination({ redisUrl: '' }).kind).toBe('memory');
+  });
+});
+
+describe.runIf(redisAvailable)('redis adapter', () => {
+  let admin: Redis;
+  beforeAll(() => {
+    admin = new Redis(redisUrl);
+  });
+  afterAll(async () => {
+    await admin?.quit();
+  });
+
+  it('two instances sharing state never over-admit', async () => {
+    const clock = new ManualClock();
+    const a = new RedisCoordination({ url: redisUrl, keyPrefix, clock });
+    const b = new RedisCoordination({ url: redisUrl, keyPrefix, clock });
+    const pick = (i: number) => (i % 2 === 0 ? a : b);
+    try {
+      const bucket = k('tb');
+      const taken = await Promise.all(Array.from({ length: 30 }, (_, i) => pick(i).tokenBucket(bucket, 15, 1)));
+      expect(taken.filter((r) => r.allowed)).toHaveLength(15);
+
+      const sem = k('sem');
+      const permits = await Promise.all(Array.from({ length: 20 }, (_, i) => pick(i).semaphoreAcquire(sem, `h${i}`, 5, 60_000)));
+      expect(permits.filter(Boolean)).toHaveLength(5);
+      expect(await a.semaphoreCount(sem)).toBe(5);
+
+      const window = k('sw');
+      const events = await Promise.all(Array.from({ length: 40 }, (_, i) => pick(i).slidingWindow(window, 10, 60_000)));
+      expect(events.filter((r) => r.allowed)).toHaveLength(10);
+
+      const lease = k('lease');
+      const leases = await Promise.all(Array.from({ length: 10 }, (_, i) => pick(i).acquireLease(lease, `o${i}`, 60_000)));
+      expect(leases.filter(Boolean)).toHaveLength(1);
+
+      const ctr = k('ctr');
+      await Promise.all(Array.from({ length: 50 }, (_, i) => pick(i).incr(ctr, 1, 60_000)));
+      expect(await b.getCounter(ctr)).toBe(50);
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+
+  it('prefixes every key and keeps a generous real expiry as a backstop', async () => {
+    const c = new RedisCoordination({ url: redisUrl, keyPrefix, clock: new ManualClock() });
+    try {
+      const key = k('ctr');
+      await c.incr(key, 1, 1000);
+      const pttl = await admin.pttl(`${keyPrefix}c:${key}`);
+      expect(pttl).toBeGreaterThan(3_590_000);
+      expect(pttl).toBeLessThanOrEqual(3_601_000);
+      expect(await admin.exists(`c:${key}`, `lm:c:${key}`)).toBe(0);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('leaves a client it was given open', async () => {
+    const client = new Redis(redisUrl);
+    const c = new RedisCoordination({ redis: client, keyPrefix });
+    expect(await c.ping()).toBe(true);
+    await c.close();
+    expect(await client.ping()).toBe('PONG');
+    await client.quit();
+  });
+
+  it('createCoordination picks Redis with a URL', async () => {
+    const c = createCoordination({ redisUrl, keyPrefix });
+    expect(c.kind).toBe('redis');
+    await c.close();
+  });
+});
