@@ -1,6 +1,11 @@
 import { createHttpApp, type HttpApp } from '../shared/http.js';
 import type { Services } from '../shared/services.js';
 import { healthRoutes } from './routes/health.js';
+import { EventBus } from './events.js';
+import { registerWebhooks } from './webhooks/index.js';
+import { registerFeedback } from './feedback/index.js';
+import { registerPublic } from './public/index.js';
+import { registerCampaigns } from './campaigns/index.js';
 
 export interface BackendRole {
   app: HttpApp;
@@ -12,10 +17,24 @@ export interface BackendRole {
 export async function createBackend(s: Services): Promise<BackendRole> {
   const app = createHttpApp({ log: s.log.child({ role: 'backend' }) });
   healthRoutes(app, s);
+  const events = new EventBus({ clock: s.clock, log: s.log });
+  app.decorate('events', events);
+  const webhooks = registerWebhooks(app, s, events);
+  registerFeedback(app, s, events);
+  const publicArea = await registerPublic(app, s, events);
+  const campaigns = await registerCampaigns(app, s);
   await app.ready();
   return {
     app,
-    async start() {},
-    async stop() {},
+    async start() {
+      await webhooks.start();
+      await publicArea.start();
+      await campaigns.start();
+    },
+    async stop() {
+      await campaigns.stop();
+      await publicArea.stop();
+      await webhooks.stop();
+    },
   };
 }

@@ -1,7 +1,54 @@
+import swagger from '@fastify/swagger';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance } from 'fastify';
+import { ConfigError } from '../shared/config.js';
+import { randomToken } from '../shared/crypto.js';
 import { createHttpApp, type HttpApp } from '../shared/http.js';
+import { Queue } from '../shared/queue/queue.js';
+import { Worker, type JobHandler } from '../shared/queue/worker.js';
 import type { Services } from '../shared/services.js';
+import { VERSION } from '../shared/version.js';
+import { MtaAuth } from './auth.js';
+import type { MtaContext } from './context.js';
+import type { Deliverer } from './delivery/types.js';
+import { createDispatcher } from './dispatch.js';
+import type { EffectDeps } from './effects.js';
+import type { MtaJobPayload } from './job.js';
+import { createMetrics } from './metrics.js';
+import { EVENTS_QUEUE, Notifier, type EventJob } from './notifier.js';
+import type { PipelineDeps } from './pipeline/index.js';
+import { DEFAULT_POLICY, type MtaPolicy } from './policy.js';
+import { parsePools } from './pools.js';
 import { createMtaQueue } from './queue.js';
+import { credentialRoutes } from './routes/credentials.js';
+import { deliveryLogRoutes } from './routes/delivery-logs.js';
+import { dkimRoutes } from './routes/dkim.js';
+import { dlqRoutes } from './routes/dlq.js';
 import { healthRoutes } from './routes/health.js';
+import { ispProfileRoutes } from './routes/isp-profiles.js';
+import { orgLimitRoutes } from './routes/org-limits.js';
+import { poolRuleRoutes } from './routes/pool-rules.js';
+import { queueRoutes } from './routes/queue.js';
+import { sendRoutes } from './routes/send.js';
+import { suppressionRoutes } from './routes/suppression.js';
+import { HttpSpamScorer } from './scorer.js';
+import { OrgBreaker } from './state/breaker.js';
+import { DomainBackoff } from './state/domain-backoff.js';
+import { IpStatus } from './state/ip-status.js';
+import { OrgUsage } from './state/org-usage.js';
+import { SmtpIntel } from './state/smtp-intel.js';
+import { Throttle } from './state/throttle.js';
+import { Warming } from './state/warming.js';
+import { ChangeFeed } from './stores/change-feed.js';
+import { CredentialStore } from './stores/credentials.js';
+import { DeliveryLogStore } from './stores/delivery-logs.js';
+import { DkimKeyError, PgDkimKeyStore } from './stores/dkim.js';
+import { DlqStore } from './stores/dlq.js';
+import { IspProfileStore } from './stores/isp-profiles.js';
+import { OrgLimitStore } from './stores/org-limits.js';
+import { PoolRuleStore } from './stores/pool-rules.js';
+import { SuppressionStore } from './stores/suppression.js';
+import { createDeliveryEngine, deliveryEnabled } from './delivery/index.js';
 
 export interface MtaRole {
   app: HttpApp;
@@ -9,15 +56,260 @@ export interface MtaRole {
   stop(): Promise<void>;
 }
 
-/** The MTA: HTTP API, queue workers, delivery. */
-export async function createMta(s: Services): Promise<MtaRole> {
-  const app = createHttpApp({ log: s.log.child({ role: 'mta' }) });
-  const queue = createMtaQueue(s);
+export interface MtaOptions {
+  /**
+   * The delivery engine. WIRING POINT: the real engine (src/mta/delivery) is connected here by
+   * the composition once it exports its factory; without one the API and management work,
+   * jobs are accepted and stay queued, and no delivery worker runs (logged at start).
+   */
+  deliverer?: Deliverer;
+  /** Tunable policy (default: DEFAULT_POLICY of policy.ts). */
+  policy?: MtaPolicy;
+  /** [0, 1) source for jitter (tests pin it). */
+  random?: () => number;
+  /** Names this instance in shared leases (default: random). */
+  instanceId?: string;
+}
+
+export interface MtaInstance extends MtaRole {
+  context: MtaContext;
+  pipeline: PipelineDeps;
+  effects: EffectDeps;
+  /** The delivery queue's job handler (null without a delivery engine). */
+  handler: JobHandler<MtaJobPayload> | null;
+}
+
+const DEPTH_REFRESH_MS = 1_000;
+const PRUNE_EVERY_MS = 3_600_000;
+
+/** The MTA: HTTP API, management, the grouped delivery queue with its pre-send pipeline, events. */
+export async function createMta(s: Services, opts: MtaOptions = {}): Promise<MtaInstance> {
+  const log = s.log.child({ role: 'mta' });
+  const policy = opts.policy ?? DEFAULT_POLICY;
+  const instanceId = opts.instanceId ?? randomToken(9);
+  const pools = parsePools(s.config.MTA_POOLS);
+  if (pools.implicit) log.warn('MTA_POOLS is not set: both pools send from the address the OS chooses');
+
+  const app = createHttpApp({ log });
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: { title: 'Lettermill MTA', version: VERSION, description: 'Sending API and management API of the Lettermill MTA (docs/mta.md).' },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'MTA_API_KEY (master) or a per-organization key lm_org_…' } } },
+    },
+  });
+
+  const queue = createMtaQueue<MtaJobPayload>(s);
+  const eventsQueue = new Queue<EventJob>({ db: s.db, clock: s.clock, options: EVENTS_QUEUE });
+  const feed = new ChangeFeed(s.db, log);
+  const stores = {
+    suppression: new SuppressionStore(s.db, s.clock, log, feed),
+    profiles: new IspProfileStore(s.db, log, feed, s.clock, policy.ispProfiles),
+    orgLimits: new OrgLimitStore(s.db, log, feed, s.clock, policy),
+    poolRules: new PoolRuleStore(s.db, log, feed, s.clock),
+    credentials: new CredentialStore(s.db, s.clock, feed),
+    dkim: new PgDkimKeyStore(s.db, s.clock),
+    logs: new DeliveryLogStore(s.db),
+    dlq: new DlqStore(s.db, s.clock),
+  };
+  const ipStatus = new IpStatus(s.coord, s.clock, pools);
+
+  // Back-pressure: the queue depth from PostgreSQL at most once a second, plus this instance's own enqueues meanwhile.
+  let depth = { value: 0, at: -Infinity };
+  let depthLoad: Promise<number> | null = null;
+  const queueDepth = async (): Promise<number> => {
+    if (performance.now() - depth.at < DEPTH_REFRESH_MS) return depth.value;
+    depthLoad ??= queue
+      .depth()
+      .then((value) => {
+        depth = { value, at: performance.now() };
+        return value;
+      })
+      .finally(() => {
+        depthLoad = null;
+      });
+    return depthLoad;
+  };
+
+  const metrics = createMetrics({
+    queueStats: async () => ({ ...(await queue.stats()) }),
+    dlqSize: async () => (await stores.dlq.stats()).total,
+    emergency: () => ipStatus.allBlocked(),
+  });
+  const notifier = new Notifier(s.config, s.clock, log, eventsQueue, stores.dlq, metrics);
+
+  const breaker = new OrgBreaker(s.coord, s.clock, policy, instanceId, {
+    onTrip(orgId, st) {
+      metrics.breakerTrips.inc();
+      log.warn({ organizationId: orgId, trip: st.trip }, 'organization circuit breaker tripped');
+      void notifier.emit('org.circuit_breaker', {
+        organizationId: orgId,
+        severity: 'critical',
+        state: 'open',
+        window: st.trip?.window,
+        signal: st.trip?.signal,
+        rate: st.trip?.rate,
+        threshold: st.trip?.threshold,
+        sample: st.trip?.sample,
+        cooldownMs: st.cooldownMs,
+        openedAt: new Date(st.since).toISOString(),
+      });
+    },
+    onTransition: (orgId, st) => metrics.setBreaker(orgId, st.state),
+  });
+  const warming = new Warming(s.coord, s.clock, policy, new Set(s.config.MTA_WARMED_IPS), instanceId, (ip, st, day) => {
+    void notifier.emit('ip.warming_complete', {
+      ip,
+      pools: [...pools.pools.entries()].filter(([, ips]) => ips.some((i) => i.address === ip)).map(([p]) => p),
+      startedAt: new Date(st.startDay).toISOString(),
+      graduatedAt: new Date(st.graduatedAt!).toISOString(),
+      day,
+    });
+  });
+  const state = {
+    breaker,
+    orgUsage: new OrgUsage(s.coord, s.clock, policy),
+    intel: new SmtpIntel(s.coord, s.clock, policy),
+    backoff: new DomainBackoff(s.coord, s.clock, policy),
+    ipStatus,
+    throttle: new Throttle(s.coord, s.clock, policy),
+    warming,
+  };
+
+  const context: MtaContext = {
+    services: s,
+    policy,
+    pools,
+    auth: new MtaAuth(() => s.config.MTA_API_KEY, stores.credentials),
+    queue,
+    notifier,
+    metrics,
+    stores,
+    state,
+    queueDepth,
+    noteEnqueued: () => {
+      depth.value++;
+    },
+  };
+
+  const pipeline: PipelineDeps = {
+    policy,
+    clock: s.clock,
+    coord: s.coord,
+    settings: {
+      contentScreeningEnabled: s.config.CONTENT_SCREENING_ENABLED,
+      contentMaxSizeKb: s.config.CONTENT_MAX_SIZE_KB,
+      spamScorerThreshold: s.config.SPAMSCORER_REJECT_THRESHOLD,
+      urlBlocklist: new Set([...policy.urlBlocklist, ...s.config.CONTENT_URL_BLOCKLIST].map((d) => d.toLowerCase())),
+    },
+    scorer: s.config.SPAMSCORER_URL ? new HttpSpamScorer(s.config.SPAMSCORER_URL, log) : null,
+    suppression: stores.suppression,
+    breaker,
+    orgLimits: stores.orgLimits,
+    orgUsage: state.orgUsage,
+    intel: state.intel,
+    backoff: state.backoff,
+    poolRules: stores.poolRules,
+    pools,
+    ipStatus,
+    profiles: stores.profiles,
+    throttle: state.throttle,
+    warming,
+    events: notifier,
+    random: opts.random ?? Math.random,
+  };
+  const effects: EffectDeps = {
+    policy,
+    log,
+    breaker,
+    throttle: state.throttle,
+    intel: state.intel,
+    backoff: state.backoff,
+    suppression: stores.suppression,
+    logs: stores.logs,
+    events: notifier,
+    metrics,
+    profiles: stores.profiles,
+  };
+
+  // Routes: /send and the health/metrics/openapi endpoints at the root; each management
+  // group is its own plugin whose onRequest hook enforces the master key.
   healthRoutes(app, s, queue);
-  await app.ready();
+  sendRoutes(app, context);
+  app.get('/metrics', { schema: { hide: true } }, async (_req, reply) => {
+    reply.header('content-type', metrics.registry.contentType);
+    return metrics.registry.metrics();
+  });
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  const groups = [credentialRoutes, dkimRoutes, orgLimitRoutes, poolRuleRoutes, ispProfileRoutes, suppressionRoutes, deliveryLogRoutes, queueRoutes, dlqRoutes];
+  for (const group of groups) {
+    await app.register(async (g: FastifyInstance) => group(g.withTypeProvider<TypeBoxTypeProvider>() as HttpApp, context));
+  }
+
+  // Durable records the hot path reads from memory: seed, then load through the change feed.
+  await stores.profiles.seed();
+  try {
+    await stores.dkim.seedFromConfig(s.config.DKIM_KEYS);
+  } catch (err) {
+    if (err instanceof DkimKeyError) throw new ConfigError([err.message]);
+    throw err;
+  }
+  await feed.start();
+  const caches = [stores.suppression, stores.profiles, stores.orgLimits, stores.poolRules];
+  for (const c of caches) c.start();
+  try {
+    await app.ready();
+  } catch (err) {
+    for (const c of caches) c.stop();
+    await feed.stop();
+    throw err;
+  }
+
+  let worker: Worker<MtaJobPayload> | null = null;
+  let pruneTimer: NodeJS.Timeout | undefined;
+  const deliverer =
+    opts.deliverer ??
+    (deliveryEnabled(s.config)
+      ? createDeliveryEngine(s, { keys: stores.dkim, registry: metrics.registry, instanceId, bounceHostFallback: [...pools.pools.values()][0]?.[0]?.ehloName })
+      : undefined);
+  const handler = deliverer ? createDispatcher({ pipeline, effects, deliverer, clock: s.clock, log }) : null;
+
+  const prune = async () => {
+    if (!(await s.coord.acquireLease('mta:leader:log-prune', instanceId, PRUNE_EVERY_MS))) return;
+    const cutoff = s.clock.now() - policy.deliveryLogRetentionDays * 86_400_000;
+    const n = await stores.logs.prune(cutoff);
+    if (n > 0) log.info({ deleted: n }, 'pruned old delivery log rows');
+  };
+
   return {
     app,
-    async start() {},
-    async stop() {},
+    context,
+    pipeline,
+    effects,
+    handler,
+    async start() {
+      await notifier.startWorker(log);
+      if (handler) {
+        worker = new Worker<MtaJobPayload>({
+          queue,
+          handler,
+          concurrency: s.config.WORKER_CONCURRENCY,
+          log,
+        });
+        await worker.start();
+      } else {
+        log.warn('no delivery engine connected: jobs are accepted and stay queued');
+      }
+      pruneTimer = setInterval(() => void prune().catch((err) => log.warn({ err }, 'delivery log pruning failed')), PRUNE_EVERY_MS);
+      pruneTimer.unref();
+    },
+    async stop() {
+      clearInterval(pruneTimer);
+      await worker?.stop();
+      await notifier.stop();
+      await deliverer?.close();
+      for (const c of caches) c.stop();
+      await feed.stop();
+    },
   };
 }

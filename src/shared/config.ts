@@ -113,6 +113,8 @@ export const SPEC = {
   RESEND_WEBHOOK_SECRET: v(str, 'Resend (Svix) webhook secret, whsec_...', { secret: true }),
   RELAY_WEBHOOK_SECRET: v(str, 'generic relay webhook secret', { secret: true }),
   MANDRILL_WEBHOOK_KEY: v(str, 'Mandrill webhook key', { secret: true }),
+  MANDRILL_WEBHOOK_URL: v(str, 'webhook URL exactly as registered in Mandrill (signed); default ${BASE_URL}/webhooks/mandrill'),
+  SES_SNS_TOPIC_ARNS: v(list, 'SNS topic ARNs whose SES notifications /webhooks/ses accepts (unset: route answers 503)'),
   BOUNCE_VERP_KEY: v(str, 'VERP and CFBL token key', { secret: true }),
   BOUNCE_HOST: v(str, 'host part of VERP and CFBL addresses'),
   DNS_SERVERS: v(list, 'resolvers host[:port] for every MTA DNS lookup (unset: system)'),
@@ -127,6 +129,9 @@ export const SPEC = {
   SMTP_POOL_GLOBAL_MAX_PER_HOST: v(posInt, 'connections per MX host across all instances', { default: 10 }),
   DKIM_KEYS: v(str, 'DKIM keys seeded at start (JSON array of {domain, selector, privateKey})', { secret: true }),
   QUEUE_MAX_DEPTH: v(posInt, 'pending MTA jobs above which POST /send answers 429', { default: 1_000_000 }),
+  CONTENT_URL_BLOCKLIST: v(list, 'domains whose links screen a message out (adds to the MTA policy list)', { default: [] }),
+  MTA_WARMED_IPS: v(list, 'sending IPs that are already warm (no warming cap)', { default: [] }),
+  PUBLIC_RATE_LIMITS: v(str, 'public endpoint rate-limit overrides: name=burst/perMinute,... (docs/public-endpoints.md)'),
 } as const;
 
 type SpecOf = typeof SPEC;

@@ -1,5 +1,7 @@
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Ajv, type Options as AjvOptions } from 'ajv';
+import addFormatsModule from 'ajv-formats';
 import { AppError, CATEGORY_STATUS, envelope, type ErrorCategory } from './errors.js';
 import type { Logger } from './log.js';
 
@@ -8,6 +10,20 @@ export type HttpApp = FastifyInstance<any, any, any, any, TypeBoxTypeProvider>;
 const STATUS_CATEGORY: Record<number, ErrorCategory> = Object.fromEntries(
   Object.entries(CATEGORY_STATUS).map(([c, s]) => [s, c as ErrorCategory]),
 );
+
+// ajv-formats is CommonJS with a default export; under NodeNext it arrives wrapped.
+const addFormats = ((addFormatsModule as any).default ?? addFormatsModule) as (ajv: Ajv) => Ajv;
+
+function makeAjv(opts: AjvOptions): Ajv {
+  const ajv = new Ajv({ removeAdditional: false, useDefaults: true, allErrors: false, strict: false, ...opts });
+  addFormats(ajv);
+  return ajv;
+}
+
+/** Bodies are typed JSON: a wrong type is an error, never coerced ("5" is not 5). */
+const BODY_AJV = makeAjv({ coerceTypes: false });
+/** Query strings, params and headers are text: coerce to the schema's types. */
+const PARAM_AJV = makeAjv({ coerceTypes: 'array' });
 
 /**
  * A Fastify instance with the house rules: TypeBox schemas that reject unknown fields
@@ -19,10 +35,13 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: opts.bodyLimit ?? 1024 * 1024,
     trustProxy: opts.trustProxy ?? false,
-    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
     return503OnClosing: true,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
+  app.setValidatorCompiler(({ schema, httpPart }) => {
+    const ajv = httpPart === 'body' ? BODY_AJV : PARAM_AJV;
+    return ajv.compile(schema) as any;
+  });
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler((req, reply) => {
     reply.code(404).send(envelope('not_found', `Route not found: ${req.method} ${req.url.split('?')[0]}`));

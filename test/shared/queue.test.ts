@@ -62,11 +62,14 @@ async function checkInvariants<P>(queue: Queue<P>): Promise<void> {
   const groups = await db.pool.query(
     `SELECT g.group_key, g.pending, g.active_job_id,
             (SELECT count(*) FROM queue_jobs j WHERE j.queue = g.queue AND j.group_key = g.group_key AND j.state = 'pending') AS real_pending,
-            (SELECT min(id) FROM queue_jobs j WHERE j.queue = g.queue AND j.group_key = g.group_key AND j.state = 'active') AS real_active
+            (SELECT min(id) FROM queue_jobs j WHERE j.queue = g.queue AND j.group_key = g.group_key AND j.state = 'active') AS real_active,
+            g.next_run_at <= COALESCE((SELECT min(run_at) FROM queue_jobs j
+              WHERE j.queue = g.queue AND j.group_key = g.group_key AND j.state = 'pending'), 'infinity') AS lower_bound
        FROM queue_groups g WHERE g.queue = $1`,
     [queue.name],
   );
   for (const g of groups.rows) {
+    expect(g.lower_bound, `next_run_at of ${g.group_key} is a lower bound`).toBe(true);
     expect(g.pending, `pending counter of ${g.group_key}`).toBe(Number(g.real_pending));
     expect(g.active_job_id, `active job of ${g.group_key}`).toBe(g.real_active);
   }
@@ -150,6 +153,92 @@ describe('queue: groups under concurrent claimers', () => {
     await checkInvariants(setup);
     const left = await db.pool.query('SELECT count(*) AS n FROM queue_groups WHERE queue = $1', [name]);
     expect(left.rows[0].n).toBe(0);
+  }, 180_000);
+
+  it('mixed concurrent operations (outcomes, cancels, bulk cancels, maintenance) keep the invariants', async () => {
+    const clock = new ManualClock();
+    const name = `mix${++queueSeq}`;
+    const control = makeQueue(clock, { name, maxAttempts: 3 });
+    const outcomes: JobOutcome[] = [
+      { type: 'complete' },
+      { type: 'complete' },
+      { type: 'retry', error: 'again', delayMs: 0 },
+      { type: 'defer', delayMs: 0, reason: 'later' },
+      { type: 'fail', error: 'no' },
+    ];
+    let k = 0;
+    const running = new Map<string, number>();
+    let overlaps = 0;
+    const workers: Worker<{ n: number }>[] = [];
+    for (let w = 0; w < 4; w++) {
+      const pool = createPool(db.url, { max: 3 });
+      extraPools.push(pool);
+      const queue = makeQueue<{ n: number }>(clock, { name, maxAttempts: 3 }, pool);
+      workers.push(
+        new Worker({
+          queue,
+          concurrency: 6,
+          pollMs: 10,
+          maintainMs: 15,
+          handler: async (job) => {
+            if (running.has(job.groupKey)) overlaps++;
+            running.set(job.groupKey, 1);
+            await sleep(job.payload.n % 2);
+            running.delete(job.groupKey);
+            return outcomes[k++ % outcomes.length]!;
+          },
+        }),
+      );
+    }
+    await Promise.all(workers.map((w) => w.start()));
+    const all: string[] = [];
+    const errors: unknown[] = [];
+    const producer = (async () => {
+      for (let i = 0; i < 40; i++) {
+        const ids = await control.enqueueMany(
+          Array.from({ length: 15 }, (_, j) => ({
+            groupKey: `g${(i + j) % 12}`,
+            payload: { n: i * 15 + j },
+            orgId: `org${j % 5}`,
+            priority: j % 3,
+          })),
+        );
+        all.push(...ids);
+        await sleep(2);
+      }
+    })().catch((e: unknown) => errors.push(e));
+    const canceller = (async () => {
+      for (let i = 0; i < 40; i++) {
+        if (all.length > 0) await control.cancel(all[Math.floor(Math.random() * all.length)]!);
+        if (i % 8 === 0) await control.cancelByOrg(`org${i % 5}`);
+        await control.maintain();
+        await sleep(3);
+      }
+    })().catch((e: unknown) => errors.push(e));
+    await Promise.all([producer, canceller]);
+    expect(errors).toEqual([]);
+    await waitUntil(
+      async () => {
+        const s = await control.stats();
+        return s.pending + s.delayed + s.active === 0;
+      },
+      120_000,
+      'the queue to drain',
+    );
+    await Promise.all(workers.map((w) => w.stop()));
+    expect(overlaps).toBe(0);
+    const s = await control.stats();
+    expect(s.completed + s.failed + s.cancelled).toBe(all.length);
+    await checkInvariants(control);
+    const left = await db.pool.query('SELECT count(*) AS n FROM queue_groups WHERE queue = $1', [name]);
+    expect(left.rows[0].n).toBe(0);
+    const badAttempts = await db.pool.query(
+      `SELECT count(*) AS n FROM queue_jobs
+        WHERE queue = $1 AND (attempts > max_attempts
+           OR attempts <> (SELECT count(*) FROM jsonb_array_elements(history) h WHERE h->>'outcome' <> 'deferred'))`,
+      [name],
+    );
+    expect(badAttempts.rows[0].n).toBe(0);
   }, 180_000);
 
   it('a claim takes at most one job per group and skips busy groups', async () => {
@@ -666,6 +755,28 @@ describe('queue: worker', () => {
     }
     await worker.stop();
     expect(ran).toHaveLength(3);
+  });
+
+  it("aborts a handler's signal before its lease passes", async () => {
+    const clock = new ManualClock();
+    const q = makeQueue(clock, { timeoutMs: 300 });
+    const job = await q.enqueue({ groupKey: 'g', payload: { n: 1 } });
+    const worker = new Worker({
+      queue: q,
+      concurrency: 1,
+      pollMs: 20,
+      maintainMs: 0,
+      handler: (_job, { signal }) =>
+        new Promise<JobOutcome>((resolve) => {
+          signal.addEventListener('abort', () => resolve({ type: 'retry', error: String(signal.reason) }));
+        }),
+    });
+    await worker.start();
+    await waitUntil(async () => (await q.get(job.id))!.history.length === 1, 20_000, 'the aborted run');
+    await worker.stop();
+    const j = (await q.get(job.id))!;
+    expect(j.lastError).toMatch(/job timeout/);
+    expect(j.history.map((h) => h.outcome)).toEqual(['retry']);
   });
 
   it('stop({ drain: true }) stops claiming and waits for running jobs', async () => {

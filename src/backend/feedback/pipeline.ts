@@ -154,7 +154,7 @@ async function applyLifecycle(c: DbClient, deps: PipelineDeps, ev: LifecycleEven
   if (name && send) pending.emit.push({ name, data: customerData(name, ev, send, contactId) });
 }
 
-function customerData(name: string, ev: LifecycleEvent, send: SendRef, contactId: string | null) {
+function customerData(name: BackendEventName, ev: LifecycleEvent, send: SendRef, contactId: string | null) {
   const ref = {
     emailId: send.id,
     messageId: send.messageId,

@@ -2,6 +2,7 @@
  * Feedback policy as data: how provider vocabularies map into ours, how statuses order,
  * which outcomes suppress an address and which emit customer events. Operators tune here.
  */
+import type { WebhookEventName } from '../webhooks/catalog.js';
 import type { LifecycleStatus, SuppressionReason } from './lifecycle.js';
 
 /**
@@ -22,7 +23,7 @@ export const STATUS_RANK: Record<LifecycleStatus, number> = {
 };
 
 /** Customer webhook event emitted for a lifecycle status (others emit none). */
-export const CUSTOMER_EVENT: Partial<Record<LifecycleStatus, string>> = {
+export const CUSTOMER_EVENT: Partial<Record<LifecycleStatus, WebhookEventName>> = {
   sent: 'email.sent',
   delivered: 'email.delivered',
   bounced: 'email.bounced',

@@ -71,3 +71,18 @@ export const MACHINE_TIMING = {
   /** A click on a different link of the same message this soon after the previous click. */
   clickBurstMs: 2_000,
 } as const;
+
+/**
+ * Machine traffic, by User-Agent. Matches are recorded and flagged, never dropped.
+ * - Apple Mail Privacy Protection fetches every image at delivery with the bare `Mozilla/5.0`.
+ * - Image proxies (Gmail, Yahoo) fetch when the reader opens the message: a real open whose
+ *   reader and device are hidden; flagged as `proxy`, still counted for engagement.
+ * - Security scanners and link previewers follow links nobody clicked.
+ */
+export const MACHINE_UA = {
+  appleMpp: /^Mozilla\/5\.0$/,
+  imageProxy: /GoogleImageProxy|ggpht\.com|YahooMailProxy|\bFront\/|Superhuman/i,
+  scanner:
+    /barracuda|mimecast|proofpoint|symantec|messagelabs|trend ?micro|fortiguard|ironport|cisco|forcepoint|sophos|zscaler|safelinks|microsoft url|mcafee|kaspersky|bitdefender|checkpoint|appriver|spamtitan|vade|cloudmark|hornetsecurity|agari/i,
+  bot: /bot\b|bot\/|crawler|spider|scanner|preview|python-requests|python-urllib|aiohttp|curl\/|wget|go-http-client|java\/|okhttp|libwww|httpclient|headless|phantomjs|node-fetch|axios|facebookexternalhit|slackbot|whatsapp|skypeuripreview|discordbot|linkexpanding/i,
+} as const;

@@ -32,10 +32,8 @@ export const WEBHOOK_POLICY = {
   emitBufferMax: 50_000,
   /** Deliveries (with their attempt log) and events are kept this long after creation. */
   retentionDays: 30,
-  /** How often retention and the recovery sweep run. */
+  /** How often retention runs. */
   sweepMs: 60_000,
-  /** A delivery written but not yet in the queue after this long is enqueued by the sweep (crash recovery). */
-  recoverAfterMs: 30_000,
   /** Configured endpoints at most. */
   maxWebhooks: 100,
 } as const;

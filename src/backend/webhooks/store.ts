@@ -2,7 +2,7 @@
 import type { Clock } from '../../shared/clock.js';
 import { toIso } from '../../shared/clock.js';
 import { newId } from '../../shared/crypto.js';
-import { tx, type Db } from '../../shared/db/pool.js';
+import { tx, type Db, type DbClient } from '../../shared/db/pool.js';
 import type { WebhookEventName } from './catalog.js';
 
 export interface WebhookRecord {
@@ -66,13 +66,26 @@ export interface NewEvent {
   at: number;
 }
 
-/** A delivery row to put on the queue. */
+/** A delivery to put on the queue. */
 export interface Enqueueable {
   deliveryId: string;
   webhookId: string;
-  /** 0 for the automatic attempts, n for the n-th manual retry. */
-  retries: number;
-  runAt?: number;
+  /** A manual retry: one attempt. */
+  manual: boolean;
+}
+
+export interface AttemptInput {
+  deliveryId: string;
+  startedAt: number;
+  durationMs: number;
+  statusCode: number | null;
+  error: string | null;
+  responseBody: string | null;
+  success: boolean;
+  manual: boolean;
+  /** The delivery's state after this attempt. */
+  status: DeliveryStatus;
+  nextAttemptAt: number | null;
 }
 
 interface WebhookRow {
@@ -147,11 +160,13 @@ export class WebhookStore {
   // ------------------------------------------------------------------ fan-out
 
   /**
-   * Writes the events that have subscribers and one pending delivery per (event, enabled
-   * subscribed endpoint), in one transaction. The endpoint rows are key-share locked so a
-   * concurrent DELETE waits instead of breaking the batch.
+   * Writes the events that have subscribers, one pending delivery per (event, enabled
+   * subscribed endpoint) and, through `enqueue`, their queue jobs — one transaction, so a
+   * crash keeps all or nothing. The endpoint rows are key-share locked so a concurrent DELETE
+   * waits instead of breaking the batch. Re-running a batch that did commit adds nothing
+   * (event ids and (endpoint, event) are unique).
    */
-  async fanOut(events: NewEvent[], lanes: number): Promise<(Enqueueable & { lane: number })[]> {
+  async fanOut(events: NewEvent[], enqueue: (client: DbClient, rows: Enqueueable[]) => Promise<void>): Promise<Enqueueable[]> {
     if (events.length === 0) return [];
     return tx(this.db, async (c) => {
       const hooks = (
@@ -160,7 +175,6 @@ export class WebhookStore {
       if (hooks.length === 0) return [];
       const ev = { id: [] as string[], type: [] as string[], data: [] as string[], at: [] as string[] };
       const dl = { id: [] as string[], webhook: [] as string[], event: [] as string[], type: [] as string[], at: [] as string[] };
-      const out: (Enqueueable & { lane: number })[] = [];
       for (const e of events) {
         const subscribers = hooks.filter((h) => h.events.includes(e.type));
         if (subscribers.length === 0) continue;
@@ -170,110 +184,100 @@ export class WebhookStore {
         ev.data.push(JSON.stringify(e.data));
         ev.at.push(at);
         for (const h of subscribers) {
-          const id = newId('whd', e.at);
-          dl.id.push(id);
+          dl.id.push(newId('whd', e.at));
           dl.webhook.push(h.id);
           dl.event.push(e.id);
           dl.type.push(e.type);
           dl.at.push(at);
-          out.push({ deliveryId: id, webhookId: h.id, retries: 0, lane: laneOf(id, lanes) });
         }
       }
-      if (out.length === 0) return [];
+      if (dl.id.length === 0) return [];
       await c.query(
         `INSERT INTO webhook_events (id, type, data, created_at)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::json[], $4::timestamptz[])`,
+         SELECT * FROM unnest($1::text[], $2::text[], $3::json[], $4::timestamptz[]) ON CONFLICT (id) DO NOTHING`,
         [ev.id, ev.type, ev.data, ev.at],
       );
-      await c.query(
+      const inserted = await c.query<{ id: string; webhook_id: string }>(
         `INSERT INTO webhook_deliveries (id, webhook_id, event_id, event_type, status, created_at, updated_at, next_attempt_at)
          SELECT t.id, t.webhook_id, t.event_id, t.event_type, 'pending', t.at, t.at, t.at
-           FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[]) AS t(id, webhook_id, event_id, event_type, at)`,
+           FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[]) AS t(id, webhook_id, event_id, event_type, at)
+         ON CONFLICT (webhook_id, event_id) DO NOTHING
+         RETURNING id, webhook_id`,
         [dl.id, dl.webhook, dl.event, dl.type, dl.at],
       );
-      return out;
+      const rows = inserted.rows.map((r) => ({ deliveryId: r.id, webhookId: r.webhook_id, manual: false }));
+      await enqueue(c, rows);
+      return rows;
     });
-  }
-
-  async markEnqueued(ids: string[]): Promise<void> {
-    if (ids.length === 0) return;
-    await this.db.query('UPDATE webhook_deliveries SET enqueued = true WHERE id = ANY ($1::text[]) AND NOT enqueued', [ids]);
-  }
-
-  /** Pending deliveries written but not known to be queued for longer than `olderThanMs` (crash recovery). */
-  async unenqueued(olderThanMs: number, limit = 1000): Promise<Enqueueable[]> {
-    const res = await this.db.query<{ id: string; webhook_id: string; retries: number }>(
-      `SELECT id, webhook_id, retries FROM webhook_deliveries
-        WHERE status = 'pending' AND NOT enqueued AND updated_at < $1 ORDER BY updated_at LIMIT $2`,
-      [toIso(this.clock.now() - olderThanMs), limit],
-    );
-    return res.rows.map((r) => ({ deliveryId: r.id, webhookId: r.webhook_id, retries: r.retries }));
   }
 
   // ------------------------------------------------------------------ attempts
 
-  async loadWork(deliveryId: string): Promise<DeliveryWork | null> {
+  /** The work of several deliveries in one query (null for deliveries that no longer exist). */
+  async loadWork(deliveryIds: string[]): Promise<(DeliveryWork | null)[]> {
     const res = await this.db.query(
       `SELECT d.id, d.status, d.attempts, d.event_id, d.event_type, e.data, w.id AS webhook_id, w.url, w.secret, w.enabled
          FROM webhook_deliveries d
          JOIN webhooks w ON w.id = d.webhook_id
          JOIN webhook_events e ON e.id = d.event_id
-        WHERE d.id = $1`,
-      [deliveryId],
+        WHERE d.id = ANY ($1::text[])`,
+      [deliveryIds],
     );
-    const r = res.rows[0];
-    if (!r) return null;
-    return {
-      id: r.id,
-      status: r.status,
-      attempts: r.attempts,
-      eventId: r.event_id,
-      eventType: r.event_type,
-      data: r.data,
-      webhookId: r.webhook_id,
-      url: r.url,
-      secret: r.secret,
-      enabled: r.enabled,
-    };
+    const byId = new Map<string, DeliveryWork>();
+    for (const r of res.rows) {
+      byId.set(r.id, {
+        id: r.id,
+        status: r.status,
+        attempts: r.attempts,
+        eventId: r.event_id,
+        eventType: r.event_type,
+        data: r.data,
+        webhookId: r.webhook_id,
+        url: r.url,
+        secret: r.secret,
+        enabled: r.enabled,
+      });
+    }
+    return deliveryIds.map((id) => byId.get(id) ?? null);
   }
 
-  /** Appends one attempt to the log and moves the delivery to its new state, in one statement. */
-  async recordAttempt(a: {
-    deliveryId: string;
-    attempt: number;
-    startedAt: number;
-    durationMs: number;
-    statusCode: number | null;
-    error: string | null;
-    responseBody: string | null;
-    success: boolean;
-    manual: boolean;
-    status: DeliveryStatus;
-    nextAttemptAt: number | null;
-  }): Promise<void> {
-    const now = toIso(this.clock.now());
+  /**
+   * Appends attempts to the log and moves their deliveries to the new state, in one statement.
+   * The attempt number is the delivery's count + 1, taken under the row lock of the update.
+   */
+  async recordAttempts(items: AttemptInput[]): Promise<void> {
+    if (items.length === 0) return;
+    const col = <K extends keyof AttemptInput>(k: K) => items.map((a) => a[k]);
     await this.db.query(
-      `WITH a AS (
-         INSERT INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_body, success, manual)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+      `WITH input AS (
+         SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::integer[], $4::integer[], $5::text[], $6::text[],
+                              $7::boolean[], $8::boolean[], $9::text[], $10::timestamptz[])
+                AS t(delivery_id, started_at, duration_ms, status_code, error, response_body, success, manual, status, next_attempt_at)
+       ), upd AS (
+         UPDATE webhook_deliveries d
+            SET attempts = d.attempts + 1, status = i.status, last_status_code = i.status_code, last_error = i.error,
+                next_attempt_at = i.next_attempt_at, updated_at = $11,
+                delivered_at = CASE WHEN i.success THEN $11::timestamptz ELSE d.delivered_at END
+           FROM input i
+          WHERE d.id = i.delivery_id
+         RETURNING d.id, d.attempts
        )
-       UPDATE webhook_deliveries
-          SET attempts = $2, status = $10, enqueued = true, last_status_code = $5, last_error = $6,
-              next_attempt_at = $11, updated_at = $12, delivered_at = CASE WHEN $8 THEN $12::timestamptz ELSE delivered_at END
-        WHERE id = $1`,
+       INSERT INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_body, success, manual)
+       SELECT i.delivery_id, u.attempts, i.started_at, i.duration_ms, i.status_code, i.error, i.response_body, i.success, i.manual
+         FROM input i JOIN upd u ON u.id = i.delivery_id
+       ON CONFLICT DO NOTHING`,
       [
-        a.deliveryId,
-        a.attempt,
-        toIso(a.startedAt),
-        Math.max(0, Math.round(a.durationMs)),
-        a.statusCode,
-        a.error,
-        a.responseBody,
-        a.success,
-        a.manual,
-        a.status,
-        a.nextAttemptAt === null ? null : toIso(a.nextAttemptAt),
-        now,
+        col('deliveryId'),
+        items.map((a) => toIso(a.startedAt)),
+        items.map((a) => Math.max(0, Math.round(a.durationMs))),
+        col('statusCode'),
+        col('error'),
+        col('responseBody'),
+        col('success'),
+        col('manual'),
+        col('status'),
+        items.map((a) => (a.nextAttemptAt === null ? null : toIso(a.nextAttemptAt))),
+        toIso(this.clock.now()),
       ],
     );
   }
@@ -281,7 +285,7 @@ export class WebhookStore {
   /** Ends a delivery without an attempt (its endpoint was disabled meanwhile). */
   async markFailed(deliveryId: string, error: string): Promise<void> {
     await this.db.query(
-      `UPDATE webhook_deliveries SET status = 'failed', enqueued = true, last_error = $2, next_attempt_at = NULL, updated_at = $3 WHERE id = $1`,
+      `UPDATE webhook_deliveries SET status = 'failed', last_error = $2, next_attempt_at = NULL, updated_at = $3 WHERE id = $1`,
       [deliveryId, error, toIso(this.clock.now())],
     );
   }
@@ -349,21 +353,29 @@ export class WebhookStore {
   }
 
   /**
-   * Puts a finished delivery back to pending for one manual attempt. Atomic: of two concurrent
-   * requests one wins, the other sees 'pending'.
+   * Puts a finished delivery back to pending for one manual attempt and enqueues it, in one
+   * transaction. Of two concurrent requests one wins; the other sees 'pending'.
    */
-  async requestRetry(id: string): Promise<{ ok: true; job: Enqueueable } | { ok: false; why: 'not_found' | 'pending' | 'disabled' }> {
+  async requestRetry(
+    id: string,
+    enqueue: (client: DbClient, rows: Enqueueable[]) => Promise<void>,
+  ): Promise<{ ok: true } | { ok: false; why: 'not_found' | 'pending' | 'disabled' }> {
     const now = toIso(this.clock.now());
-    const res = await this.db.query<{ id: string; webhook_id: string; retries: number }>(
-      `UPDATE webhook_deliveries d
-          SET status = 'pending', enqueued = false, retries = d.retries + 1, next_attempt_at = $2, updated_at = $2
-         FROM webhooks w
-        WHERE d.id = $1 AND w.id = d.webhook_id AND w.enabled AND d.status <> 'pending'
-        RETURNING d.id, d.webhook_id, d.retries`,
-      [id, now],
-    );
-    const r = res.rows[0];
-    if (r) return { ok: true, job: { deliveryId: r.id, webhookId: r.webhook_id, retries: r.retries } };
+    const done = await tx(this.db, async (c) => {
+      const res = await c.query<{ id: string; webhook_id: string }>(
+        `UPDATE webhook_deliveries d
+            SET status = 'pending', next_attempt_at = $2, updated_at = $2
+           FROM webhooks w
+          WHERE d.id = $1 AND w.id = d.webhook_id AND w.enabled AND d.status <> 'pending'
+          RETURNING d.id, d.webhook_id`,
+        [id, now],
+      );
+      const r = res.rows[0];
+      if (!r) return false;
+      await enqueue(c, [{ deliveryId: r.id, webhookId: r.webhook_id, manual: true }]);
+      return true;
+    });
+    if (done) return { ok: true };
     const why = await this.db.query<{ status: string; enabled: boolean }>(
       'SELECT d.status, w.enabled FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id WHERE d.id = $1',
       [id],

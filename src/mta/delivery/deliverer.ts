@@ -150,18 +150,23 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
     if (mx.kind === 'tempfail') return local(`DNS lookup for ${domain} failed: ${mx.error}`, 'networkerror');
 
     const now = o.clock.now();
-    try {
-      await provenance.record({ messageId: msg.messageId, organizationId: msg.organizationId, campaignId: msg.campaignId ?? null, recipient: to.address.toLowerCase(), domain, sentAt: now });
-    } catch (err) {
-      return local(`provenance could not be written: ${(err as Error).message}`, 'mailererror');
-    }
+    // Latency is throughput here (queue groups send one message at a time), so the provenance
+    // write and the DKIM signature run while a connection is being found; the provenance row
+    // is still durable before the message leaves (awaited right before sending).
+    const recorded = provenance
+      .record({ messageId: msg.messageId, organizationId: msg.organizationId, campaignId: msg.campaignId ?? null, recipient: to.address.toLowerCase(), domain, sentAt: now })
+      .then(
+        () => null,
+        (err: Error) => err,
+      );
 
     const envelopeFrom = verpAddress(msg.messageId, o.verpKey, o.bounceHost);
     const messageIdHeader = stableMessageId(msg.organizationId, msg.messageId, dkimDomain);
     const wildcard = route.bindIp === '0.0.0.0' || route.bindIp === '::' || route.bindIp === '';
     const families: (4 | 6)[] = wildcard ? [4, 6] : [isIP(route.bindIp) === 6 ? 6 : 4];
     const attempts: { mxHost: string; error: string }[] = [];
-    // Signed bodies per encoding choice: retries on another host reuse them.
+    // Signed messages per body encoding, shared by every host tried. The 8bit form is started
+    // at once (nearly every server offers 8BITMIME); a server without it gets the encoded form.
     const built = new Map<boolean, Promise<{ raw: Buffer; eightBit: boolean; smtpUtf8: boolean }>>();
     const build = (eightBit: boolean) => {
       let p = built.get(eightBit);
@@ -171,10 +176,17 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
           const sig = await dkimSign(b.raw, keys, Math.floor(now / 1000));
           return { raw: Buffer.concat([Buffer.from(sig, 'latin1'), b.raw]), eightBit: b.eightBit, smtpUtf8: b.smtpUtf8 };
         })();
+        // Handled where awaited; this keeps an unused speculative build from being "unhandled".
+        p.catch(() => {});
         built.set(eightBit, p);
+        // A body that needs no 8bit is the same either way.
+        p.then((r) => {
+          if (eightBit && !r.eightBit && !built.has(false)) built.set(false, p!);
+        }, () => {});
       }
       return p;
     };
+    void build(true);
 
     for (const host of mx.hosts) {
       const addresses: string[] = [];
@@ -227,6 +239,11 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
         let reusable = false;
         try {
           const b = await build(session.extensions.includes('8BITMIME'));
+          const provenanceError = await recorded;
+          if (provenanceError) {
+            reusable = true;
+            return local(`provenance could not be written: ${provenanceError.message}`, 'mailererror');
+          }
           if (b.smtpUtf8 && !session.extensions.includes('SMTPUTF8')) {
             reusable = true;
             return { status: 'bounced', hard: false, code: 553, enhancedCode: '5.6.7', reason: 'contenterror', response: `${host.name} does not offer SMTPUTF8, which the address needs`, mxHost: host.name };

@@ -50,6 +50,10 @@ interface KeyState {
   conns: Set<Pooled>;
   idle: Pooled[];
   opening: number;
+  /** Connections being closed: still open at the remote, so still counted against the caps. */
+  closing: number;
+  /** Connections whose post-send RSET is in flight: about to be free. */
+  resetting: number;
   waiters: Waiter[];
 }
 
@@ -113,6 +117,8 @@ function registerGauge(registry: Registry, pool: ConnectionPool): () => void {
 }
 
 export const globalPermitKey = (mxHost: string): string => `smtp:mx:${mxHost}`;
+/** Set by an instance that was refused a permit: holders stop keeping idle connections to that host. */
+const contendedKey = (mxHost: string): string => `smtp:mx-contended:${mxHost}`;
 
 export class ConnectionPool {
   private readonly keys = new Map<string, KeyState>();
@@ -121,7 +127,9 @@ export class ConnectionPool {
   private readonly timer: NodeJS.Timeout | undefined;
   private readonly unregister: () => void;
   private nextId = 1;
+  private pendingCloses = 0;
   private closing = false;
+  private readonly contendedSignalled = new Map<string, number>();
   private drained: (() => void) | undefined;
 
   constructor(private readonly o: PoolOptions) {
@@ -163,25 +171,40 @@ export class ConnectionPool {
       if (!fresh) {
         const idle = this.takeIdle(k);
         if (idle) return { session: idle.session, lease: idle };
+        // One is finishing its RSET (well under a millisecond on a healthy link): reuse it
+        // rather than open another connection.
+        if (k.resetting > 0) {
+          const got = await this.wait(k, deadline - Date.now());
+          if (got) return { session: got.session, lease: got };
+          if (this.closing) throw new PoolClosedError();
+          if (Date.now() >= deadline) throw new PoolBusyError(`no SMTP connection to ${k.mxHost} within ${this.s.acquireTimeoutMs} ms`);
+          continue;
+        }
       }
-      if (k.conns.size + k.opening < this.s.maxConnectionsPerKey) {
+      if (k.conns.size + k.opening + k.closing < this.s.maxConnectionsPerKey) {
+        // The slot is reserved before any await, so concurrent sends cannot overshoot the cap.
+        k.opening++;
         const holder = `${this.o.instanceId}:${this.nextId++}`;
-        let permit = await this.o.coord.semaphoreAcquire(globalPermitKey(k.mxHost), holder, this.o.globalMaxPerHost, this.s.globalPermitTtlMs);
-        if (!permit && this.evictIdleOfHost(k.mxHost, k)) {
-          permit = await this.o.coord.semaphoreAcquire(globalPermitKey(k.mxHost), holder, this.o.globalMaxPerHost, this.s.globalPermitTtlMs);
+        const permitKey = globalPermitKey(k.mxHost);
+        let permit = false;
+        try {
+          permit = await this.o.coord.semaphoreAcquire(permitKey, holder, this.o.globalMaxPerHost, this.s.globalPermitTtlMs);
+          if (!permit && this.evictIdleOfHost(k.mxHost, k)) {
+            permit = await this.o.coord.semaphoreAcquire(permitKey, holder, this.o.globalMaxPerHost, this.s.globalPermitTtlMs);
+          }
+        } catch (err) {
+          k.opening--;
+          this.wakeOne(k);
+          throw err;
         }
         if (permit) {
-          if (this.closing) {
-            await this.o.coord.semaphoreRelease(globalPermitKey(k.mxHost), holder);
-            throw new PoolClosedError();
-          }
-          k.opening++;
           let session: SmtpSession;
           try {
+            if (this.closing) throw new PoolClosedError();
             session = await open();
           } catch (err) {
             k.opening--;
-            await this.o.coord.semaphoreRelease(globalPermitKey(k.mxHost), holder).catch(() => {});
+            await this.o.coord.semaphoreRelease(permitKey, holder).catch(() => {});
             this.wakeOne(k);
             throw err;
           }
@@ -190,7 +213,10 @@ export class ConnectionPool {
           k.conns.add(c);
           return { session, lease: c };
         }
-        // Fleet-wide cap reached: poll the store again soon, or take a connection released here.
+        k.opening--;
+        // Fleet-wide cap reached: tell the holders (their sweeps close idle connections to this
+        // host), then poll the store again soon or take a connection released here.
+        this.signalContention(k.mxHost);
         const got = await this.wait(k, Math.min(this.s.globalCapRetryMs, deadline - Date.now()));
         if (got) return { session: got.session, lease: got };
       } else {
@@ -221,18 +247,31 @@ export class ConnectionPool {
       this.discard(lease, reusable && !s.closed);
       return;
     }
+    const k = lease.key;
+    k.resetting++;
     s.reset().then(
       () => {
+        k.resetting--;
         s.lastUsed = this.o.clock.now();
         this.handBack(lease);
       },
-      () => this.discard(lease, false),
+      () => {
+        k.resetting--;
+        this.discard(lease, false);
+      },
     );
   }
 
   /** Closes connections idle too long or past their maximum age; renews permits of the rest. */
   async sweep(): Promise<void> {
     const now = this.o.clock.now();
+    // Idle connections to a host another send is waiting for give their permits back.
+    for (const [host, ks] of this.byHost) {
+      if (![...ks].some((k) => k.idle.length > 0)) continue;
+      const contended = await this.o.coord.getJson<number>(contendedKey(host)).catch(() => null);
+      if (!contended) continue;
+      for (const k of ks) for (const c of k.idle.splice(0)) this.discard(c, true);
+    }
     for (const k of this.keys.values()) {
       for (const c of [...k.conns]) {
         if (c.busy) continue; // never evict a connection with a send in flight
@@ -248,7 +287,7 @@ export class ConnectionPool {
       for (const c of k.conns) {
         renewals.push(this.o.coord.semaphoreAcquire(globalPermitKey(k.mxHost), c.holder, this.o.globalMaxPerHost, this.s.globalPermitTtlMs).catch(() => false));
       }
-      if (k.conns.size === 0 && k.opening === 0 && k.waiters.length === 0) this.dropKey(k);
+      if (k.conns.size === 0 && k.opening === 0 && k.closing === 0 && k.waiters.length === 0) this.dropKey(k);
     }
     await Promise.all(renewals);
   }
@@ -262,12 +301,10 @@ export class ConnectionPool {
       for (const w of k.waiters.splice(0)) w(null);
       for (const c of k.idle.splice(0)) this.discard(c, true);
     }
-    if (this.stats().busy > 0) {
-      await new Promise<void>((resolve) => {
-        this.drained = resolve;
-      });
-    }
+    await this.until(() => this.stats().busy === 0);
     for (const k of this.keys.values()) for (const c of [...k.conns]) this.discard(c, true);
+    // Connections QUIT in parallel; permits are released as each one goes.
+    await this.until(() => this.pendingCloses === 0);
     this.unregister();
   }
 
@@ -275,7 +312,7 @@ export class ConnectionPool {
     const name = poolKeyString(key);
     let k = this.keys.get(name);
     if (!k) {
-      k = { name, mxHost: key.mxHost, conns: new Set(), idle: [], opening: 0, waiters: [] };
+      k = { name, mxHost: key.mxHost, conns: new Set(), idle: [], opening: 0, closing: 0, resetting: 0, waiters: [] };
       this.keys.set(name, k);
       let hs = this.byHost.get(key.mxHost);
       if (!hs) this.byHost.set(key.mxHost, (hs = new Set()));
@@ -324,6 +361,13 @@ export class ConnectionPool {
       w(c); // stays busy: handed straight to the waiting send
       return;
     }
+    // Sends of another key to the same host are waiting for a permit: free this one.
+    for (const other of this.byHost.get(k.mxHost) ?? []) {
+      if (other !== k && other.waiters.length > 0) {
+        this.discard(c, true);
+        return;
+      }
+    }
     c.busy = false;
     k.idle.push(c);
     this.checkDrained();
@@ -333,13 +377,29 @@ export class ConnectionPool {
     const k = c.key;
     if (!k.conns.delete(c)) return;
     c.busy = false;
-    if (graceful) c.session.quit();
-    else c.session.destroy();
-    void this.o.coord.semaphoreRelease(globalPermitKey(k.mxHost), c.holder).catch((err) => {
-      this.o.log.warn({ err, mxHost: k.mxHost }, 'could not release SMTP pool permit (it expires on its own)');
-    });
-    this.wakeOne(k);
+    k.closing++;
+    this.pendingCloses++;
+    // The permit is returned only once the TCP connection is gone, so the remote never sees
+    // more connections than the caps allow, not even for a moment.
+    void (graceful ? c.session.quit() : c.session.destroy())
+      .then(() => this.o.coord.semaphoreRelease(globalPermitKey(k.mxHost), c.holder))
+      .catch((err) => this.o.log.warn({ err, mxHost: k.mxHost }, 'could not release SMTP pool permit (it expires on its own)'))
+      .finally(() => {
+        k.closing--;
+        this.pendingCloses--;
+        // A permit of this host came free: one waiter of each key to it may try again.
+        for (const other of this.byHost.get(k.mxHost) ?? [k]) this.wakeOne(other);
+        this.checkDrained();
+      });
     this.checkDrained();
+  }
+
+  private signalContention(mxHost: string): void {
+    const now = Date.now();
+    if ((this.contendedSignalled.get(mxHost) ?? 0) > now - 1_000) return;
+    this.contendedSignalled.set(mxHost, now);
+    if (this.contendedSignalled.size > 10_000) this.contendedSignalled.clear();
+    void this.o.coord.setJson(contendedKey(mxHost), 1, 2 * this.s.sweepIntervalMs).catch(() => {});
   }
 
   /** Capacity changed: let one waiter try again. */
@@ -365,10 +425,18 @@ export class ConnectionPool {
   }
 
   private checkDrained(): void {
-    if (this.drained && this.stats().busy === 0) {
-      const d = this.drained;
-      this.drained = undefined;
-      d();
-    }
+    if (this.drained) this.drained();
+  }
+
+  /** Resolves once `predicate` holds, re-checked whenever a connection changes state. */
+  private until(predicate: () => boolean): Promise<void> {
+    if (predicate()) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.drained = () => {
+        if (!predicate()) return;
+        this.drained = undefined;
+        resolve();
+      };
+    });
   }
 }

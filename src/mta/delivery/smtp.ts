@@ -98,8 +98,7 @@ export class SmtpSession {
     try {
       return await SmtpSession.connect(target, tls, false, now);
     } catch (err) {
-      const f = toFailure(err);
-      if (f.code !== 'ETLS') throw err;
+      if (!(err as { tlsHandshake?: boolean }).tlsHandshake) throw err;
       const s = await SmtpSession.connect(target, tls, true, now);
       s.tlsFallback = true;
       return s;
@@ -131,18 +130,21 @@ export class SmtpSession {
     });
     return new Promise((resolve, reject) => {
       let settled = false;
-      conn.once('error', (err) => {
+      const fail = (err: Error & { code?: string; originalCode?: string; tlsHandshake?: boolean }) => {
         if (settled) return;
         settled = true;
+        // The handshake failed if nodemailer was mid-upgrade or OpenSSL raised the error;
+        // it reports those as ETLS or as a socket error (ESOCKET) depending on the moment.
+        err.tlsHandshake = !plain && (err.code === 'ETLS' || conn.upgrading === true || /^ERR_SSL/.test(err.originalCode ?? ''));
+        conn.close();
         reject(err);
-      });
+      };
+      conn.once('error', fail);
       conn.connect((err) => {
+        if (err) return fail(err);
         if (settled) return;
         settled = true;
-        if (err) {
-          conn.close();
-          reject(err);
-        } else resolve(new SmtpSession(conn, target, now()));
+        resolve(new SmtpSession(conn, target, now()));
       });
     });
   }
@@ -168,21 +170,40 @@ export class SmtpSession {
     });
   }
 
-  /** QUIT and close. */
-  quit(): void {
-    if (this.closed) return;
-    this.closed = true;
-    try {
-      this.conn.quit();
-    } catch {
-      this.conn.close();
+  /** QUIT, then resolves once the TCP connection is gone (at most ~2 s). */
+  quit(): Promise<void> {
+    const gone = this.socketGone();
+    if (!this.closed) {
+      this.closed = true;
+      try {
+        this.conn.quit();
+      } catch {
+        this.conn.close();
+      }
     }
     // A server that never answers QUIT must not keep the socket.
-    setTimeout(() => this.conn.close(), 2_000).unref();
+    const t = setTimeout(() => this.hardClose(), 2_000);
+    t.unref();
+    return gone.finally(() => clearTimeout(t));
   }
 
-  destroy(): void {
+  /** Closes at once; resolves once the TCP connection is gone. */
+  destroy(): Promise<void> {
+    const gone = this.socketGone();
     this.closed = true;
+    this.hardClose();
+    return gone;
+  }
+
+  private hardClose(): void {
     this.conn.close();
+    const s = (this.conn as unknown as ConnectionInternals)._socket;
+    if (s && !s.destroyed) s.destroy();
+  }
+
+  private socketGone(): Promise<void> {
+    const s = (this.conn as unknown as ConnectionInternals)._socket;
+    if (!s || s.destroyed) return Promise.resolve();
+    return new Promise((resolve) => s.once('close', () => resolve()));
   }
 }

@@ -23,8 +23,23 @@ export interface DeliveryLogEntry {
   at: number;
 }
 
-export interface DeliveryLogRecord extends Omit<DeliveryLogEntry, 'at'> {
+export interface DeliveryLogRecord {
   id: string;
+  messageId: string;
+  jobId: string | null;
+  organizationId: string;
+  recipient: string;
+  domain: string;
+  pool: string | null;
+  ip: string | null;
+  status: LogStatus;
+  hard: boolean | null;
+  code: number | null;
+  enhancedCode: string | null;
+  reason: string | null;
+  response: string | null;
+  mxHost: string | null;
+  attempt: number | null;
   createdAt: string;
 }
 

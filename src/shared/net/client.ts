@@ -225,7 +225,7 @@ export class SafeHttpClient {
           let read = 0;
           const finish = () =>
             settle(() => {
-              const text = Buffer.concat(chunks).toString('utf8').replace(/\u0000/g, '\uFFFD');
+              const text = Buffer.concat(chunks).toString('utf8').replaceAll('\u0000', '\uFFFD');
               resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text, bodyTruncated: read > kept, address });
             });
           res.on('data', (chunk: Buffer) => {

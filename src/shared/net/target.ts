@@ -47,7 +47,10 @@ export interface Target {
  */
 export class AllowHosts {
   private readonly names = new Set<string>();
-  private readonly ips = new BlockList();
+  // Separate lists: BlockList matches IPv4-mapped IPv6 (::ffff:127.0.0.1) against IPv4 rules,
+  // and an exemption must only match the spelling the operator wrote.
+  private readonly v4 = new BlockList();
+  private readonly v6 = new BlockList();
   readonly entries: readonly string[];
 
   constructor(entries: readonly string[] = []) {
@@ -61,9 +64,9 @@ export class AllowHosts {
         const bits = Number(e.slice(slash + 1));
         const family = isIP(net);
         if (!family || !Number.isInteger(bits)) throw new Error(`WEBHOOK_ALLOW_HOSTS: invalid range "${raw}"`);
-        this.ips.addSubnet(net, bits, family === 4 ? 'ipv4' : 'ipv6');
+        (family === 4 ? this.v4 : this.v6).addSubnet(net, bits, family === 4 ? 'ipv4' : 'ipv6');
       } else if (isIP(e)) {
-        this.ips.addAddress(e, isIP(e) === 4 ? 'ipv4' : 'ipv6');
+        (isIP(e) === 4 ? this.v4 : this.v6).addAddress(e, isIP(e) === 4 ? 'ipv4' : 'ipv6');
       } else {
         this.names.add(e);
       }
@@ -73,7 +76,8 @@ export class AllowHosts {
   /** `host` as in Target.host. */
   matches(host: string): boolean {
     const family = isIP(host);
-    if (family) return this.ips.check(host, family === 4 ? 'ipv4' : 'ipv6');
+    if (family === 4) return this.v4.check(host, 'ipv4');
+    if (family === 6) return this.v6.check(host, 'ipv6');
     return this.names.has(host);
   }
 }
@@ -99,7 +103,7 @@ export function parseTarget(input: string, allow: AllowHosts): Target {
   if (typeof input !== 'string' || input.length === 0) throw new TargetRefused('invalid_url', 'URL is empty');
   if (input.length > MAX_URL_LENGTH) throw new TargetRefused('invalid_url', `URL is longer than ${MAX_URL_LENGTH} characters`);
   // WHATWG parsing silently drops tabs/newlines and treats "\" as "/": refuse such input instead of guessing.
-  if (/[\s\\\u0000-\u001f\u007f]/.test(input)) {
+  if (/[\s\\]/.test(input) || [...input].some((ch) => ch.charCodeAt(0) < 0x20 || ch.charCodeAt(0) === 0x7f)) {
     throw new TargetRefused('invalid_url', 'URL contains whitespace, control characters or backslashes');
   }
   let url: URL;

@@ -1,23 +1,31 @@
 /**
- * Runs a queue's jobs: claims up to `concurrency - inFlight` jobs in one round trip, runs the
- * handlers concurrently and writes their outcomes back in batches (a small buffer flushed
- * while the previous flush is in flight or after `flushMs`, so a burst of finishes costs one
- * round trip). Wake-ups: LISTEN on a dedicated connection (enqueue NOTIFYs), every finish
- * (the freed group may have more work), and polling every `pollMs` as the fallback (deferred
- * jobs becoming due, lost notifications).
+ * Runs a queue's jobs. The worker talks to the database in "cycles", one at a time: each
+ * cycle is ONE round trip that writes back the outcomes finished so far and claims as many
+ * jobs as that frees (queue.finishAndClaim). Outcomes that arrive while a cycle is in flight
+ * wait for the next one, so batches grow with load by themselves (like a group commit) and
+ * an idle worker still writes an outcome back at once. Handlers run concurrently, at most
+ * `concurrency` at a time.
  *
- * Crash safety: an outcome counts only once its flush commits. A worker killed before that
- * leaves the job active with a lease; maintain() takes it back when the lease passes.
+ * Wake-ups: LISTEN on a dedicated connection (enqueue NOTIFYs), every write-back (the
+ * released groups may have more work), and polling every `pollMs` as the fallback (deferred
+ * jobs becoming due, notifications lost while reconnecting).
+ *
+ * Crash safety: an outcome counts only once its cycle commits. A worker killed before that
+ * leaves its jobs active with a lease; maintain() takes them back when the lease passes.
  */
 import { hostname } from 'node:os';
 import pg from 'pg';
 import { randomString } from '../crypto.js';
 import { silentLogger, type Logger } from '../log.js';
 import { QUEUE_CHANNEL, type FinishItem, type Queue } from './queue.js';
-import type { Job, JobOutcome } from './types.js';
+import type { Job, JobOutcome, JobState } from './types.js';
 
 export interface HandlerContext {
-  /** Aborted when the job's timeout passes (its lease is about to expire) or the worker stops without waiting. */
+  /**
+   * Aborted shortly before the job's lease passes (at 90% of timeoutMs, at most 10 s early) or
+   * when the worker gives up on it at stop. A handler still running after its lease passed may
+   * see the job run again elsewhere: honour the signal.
+   */
   signal: AbortSignal;
 }
 
@@ -26,7 +34,7 @@ export type JobHandler<P> = (job: Job<P>, ctx: HandlerContext) => Promise<JobOut
 export interface WorkerOptions<P> {
   queue: Queue<P>;
   handler: JobHandler<P>;
-  /** Jobs run at once (also the claim batch size). */
+  /** Jobs run at once (also the largest claim). */
   concurrency: number;
   /** Fallback polling interval; default 1000 ms. */
   pollMs?: number;
@@ -34,26 +42,27 @@ export interface WorkerOptions<P> {
   log?: Logger;
   /** Lease expiry + retention interval; default 5000 ms, 0 disables. */
   maintainMs?: number;
-  /** How long a finished outcome may wait for company before it is written; default 2 ms. */
+  /**
+   * How long an outcome may wait for company when no cycle is in flight; default 0 (next
+   * event-loop turn, which already gathers every handler that finished in the same turn).
+   */
   flushMs?: number;
-  /** Outcomes per finish round trip; default max(concurrency, 50). */
+  /** Outcomes per round trip at most; default max(concurrency, 50). */
   flushBatch?: number;
   /** LISTEN for enqueue notifications; default true. */
   listen?: boolean;
 }
 
-interface Buffered<P> extends FinishItem<P> {
-  done: () => void;
-}
-
 const errorMessage = (err: unknown): string =>
-  err instanceof Error ? err.message || err.name : typeof err === 'string' ? err : JSON.stringify(err) ?? String(err);
+  err instanceof Error ? err.message || err.name : typeof err === 'string' ? err : String(JSON.stringify(err));
 
 function validOutcome(o: unknown): o is JobOutcome {
   if (typeof o !== 'object' || o === null) return false;
   const t = (o as { type?: unknown }).type;
   return t === 'complete' || t === 'retry' || t === 'defer' || t === 'fail';
 }
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export class Worker<P = unknown> {
   readonly workerId: string;
@@ -68,14 +77,16 @@ export class Worker<P = unknown> {
   private readonly log: Logger;
 
   private running = false;
-  /** Set once stop() returns: late outcomes are left to lease expiry (the pool may be gone). */
+  /** Set once stop() returns: later outcomes are left to lease expiry (the pool may be gone). */
   private closed = false;
+  /** Claimed jobs not yet written back (running, or finished and buffered). */
   private inFlight = 0;
-  private claiming: Promise<void> | null = null;
-  private claimAgain = false;
-  private buffer: Buffered<P>[] = [];
-  private flushing: Promise<void> | null = null;
+  private buffer: FinishItem<P>[] = [];
+  private cycling: Promise<void> | null = null;
+  /** A cycle was asked for (wake-up or outcomes) since the current one started. */
+  private wanted = false;
   private flushTimer: NodeJS.Timeout | undefined;
+  private flushImmediate: NodeJS.Immediate | undefined;
   private pollTimer: NodeJS.Timeout | undefined;
   private maintainTimer: NodeJS.Timeout | undefined;
   private maintaining: Promise<void> | null = null;
@@ -91,7 +102,7 @@ export class Worker<P = unknown> {
     this.concurrency = opts.concurrency;
     this.pollMs = opts.pollMs ?? 1000;
     this.maintainMs = opts.maintainMs ?? 5000;
-    this.flushMs = opts.flushMs ?? 2;
+    this.flushMs = opts.flushMs ?? 0;
     this.flushBatch = opts.flushBatch ?? Math.max(opts.concurrency, 50);
     this.listenEnabled = opts.listen ?? true;
     this.workerId = opts.workerId ?? `${hostname()}:${process.pid}:${randomString(6)}`;
@@ -109,21 +120,21 @@ export class Worker<P = unknown> {
     if (this.closed) throw new Error('a stopped worker cannot be restarted');
     this.running = true;
     if (this.listenEnabled) await this.connectListener();
-    this.pollTimer = setInterval(() => this.pump(), this.pollMs);
+    this.pollTimer = setInterval(() => this.kick(), this.pollMs);
     this.pollTimer.unref();
     if (this.maintainMs > 0) {
       this.maintainTimer = setInterval(() => void this.runMaintain(), this.maintainMs);
       this.maintainTimer.unref();
     }
-    this.pump();
+    this.kick();
   }
 
   /**
-   * Stops claiming. With drain (default) waits up to timeoutMs for in-flight jobs to finish
-   * and be written back; jobs still running after that are left to lease expiry.
+   * Stops claiming. With drain (default) waits up to timeoutMs for running jobs to finish and
+   * be written back; jobs still running after that are left to lease expiry.
    */
   async stop(opts: { drain?: boolean; timeoutMs?: number } = {}): Promise<void> {
-    const drain = opts.drain ?? true;
+    if (this.closed) return;
     this.running = false;
     clearInterval(this.pollTimer);
     clearInterval(this.maintainTimer);
@@ -132,139 +143,140 @@ export class Worker<P = unknown> {
     this.listener = undefined;
     if (listener) await listener.end().catch(() => {});
 
-    // A claim in progress may still hand us jobs: they run (they are ours now).
-    await this.claiming;
-    if (drain) {
-      const idle = new Promise<void>((resolve) => this.whenIdle(resolve));
+    if (opts.drain ?? true) {
       let timer: NodeJS.Timeout | undefined;
-      const timedOut = new Promise<boolean>((resolve) => {
-        timer = setTimeout(() => resolve(true), opts.timeoutMs ?? 30_000);
-      });
-      const late = await Promise.race([idle.then(() => false), timedOut]);
+      const late = await Promise.race([
+        new Promise<boolean>((resolve) => this.whenIdle(() => resolve(false))),
+        new Promise<boolean>((resolve) => {
+          timer = setTimeout(() => resolve(true), opts.timeoutMs ?? 30_000);
+        }),
+      ]);
       clearTimeout(timer);
       if (late) this.log.warn({ inFlight: this.inFlight }, 'drain timed out; leaving running jobs to lease expiry');
     }
     for (const c of this.controllers) c.abort(new Error('worker stopped'));
     // Outcomes already produced are written before we let go of the pool.
-    await this.flushNow();
+    while (this.cycling || this.buffer.length > 0) {
+      if (!this.cycling) this.kick();
+      await this.cycling;
+    }
     await this.maintaining;
     this.closed = true;
   }
 
-  // ---------------------------------------------------------------- claiming
+  // ---------------------------------------------------------------- cycles
 
-  private pump(): void {
-    if (!this.running) return;
-    if (this.claiming) {
-      // Woken while a claim is in flight: its snapshot may predate the news, claim again after.
-      this.claimAgain = true;
-      return;
-    }
-    const capacity = this.concurrency - this.inFlight;
-    if (capacity <= 0) return;
-    this.claimAgain = false;
-    this.claiming = this.claimBatch(capacity).finally(() => {
-      this.claiming = null;
-      if (this.claimAgain) this.pump();
-      this.checkIdle();
+  /** Asks for a cycle: now if none is in flight, else right after the current one. */
+  private kick(): void {
+    this.wanted = true;
+    if (this.cycling || this.closed) return;
+    clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
+    if (this.flushImmediate) clearImmediate(this.flushImmediate);
+    this.flushImmediate = undefined;
+    this.cycling = this.cycleLoop().finally(() => {
+      this.cycling = null;
+      // Asked for between the loop's last check and now: go again.
+      if (this.wanted) this.kick();
+      else this.checkIdle();
     });
   }
 
-  private async claimBatch(capacity: number): Promise<void> {
-    let jobs: Job<P>[];
+  private async cycleLoop(): Promise<void> {
+    while (this.wanted) {
+      this.wanted = false;
+      const batch = this.buffer.splice(0, this.flushBatch);
+      // Jobs written back in this cycle free their slots in the same transaction.
+      const capacity = this.running ? Math.max(this.concurrency - this.inFlight + batch.length, 0) : 0;
+      if (batch.length === 0 && capacity === 0) continue;
+      const jobs = batch.length > 0 ? await this.writeBack(batch, capacity) : await this.claim(capacity);
+      this.inFlight -= batch.length;
+      for (const job of jobs) this.run(job);
+      // A full claim suggests more due work; a full buffer needs another round trip.
+      if ((capacity > 0 && jobs.length === capacity) || this.buffer.length > 0) this.wanted = true;
+    }
+  }
+
+  private async claim(capacity: number): Promise<Job<P>[]> {
     try {
-      jobs = await this.queue.claim(this.workerId, capacity);
+      return await this.queue.claim(this.workerId, capacity);
     } catch (err) {
       // Database trouble: the poll timer tries again.
       this.log.error({ err }, 'claim failed');
-      return;
+      return [];
     }
-    for (const job of jobs) void this.run(job);
-    // A full batch suggests more due work: claim again as soon as there is room.
-    if (jobs.length === capacity) this.claimAgain = true;
+  }
+
+  /** Writes outcomes back (and claims); retries transient errors, then leaves the jobs to lease expiry. */
+  private async writeBack(batch: FinishItem<P>[], capacity: number): Promise<Job<P>[]> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const { states, jobs } = await this.queue.finishAndClaim(batch, this.workerId, capacity);
+        this.warnStale(batch, states);
+        return jobs;
+      } catch (err) {
+        if (attempt >= 5 || this.closed) {
+          this.log.error({ err, jobs: batch.length }, 'could not write job outcomes; leaving them to lease expiry');
+          return [];
+        }
+        this.log.warn({ err, attempt }, 'writing job outcomes failed; retrying');
+        await sleep(100 * 2 ** attempt);
+      }
+    }
+  }
+
+  private warnStale(batch: FinishItem<P>[], states: (JobState | null)[]): void {
+    states.forEach((s, i) => {
+      if (s === null) this.log.warn({ jobId: batch[i]!.job.id }, 'outcome ignored: the lease was lost meanwhile');
+    });
   }
 
   // ---------------------------------------------------------------- running
 
-  private async run(job: Job<P>): Promise<void> {
+  private run(job: Job<P>): void {
     this.inFlight++;
     const controller = new AbortController();
     this.controllers.add(controller);
+    // Abort a little before the lease passes, so a handler that honours the signal can still
+    // have its outcome written before maintenance takes the job back.
+    const timeoutMs = this.queue.options.timeoutMs;
     const timer = setTimeout(
-      () => controller.abort(new Error(`job timeout (${this.queue.options.timeoutMs} ms)`)),
-      this.queue.options.timeoutMs,
+      () => controller.abort(new Error(`job timeout (${timeoutMs} ms)`)),
+      Math.max(timeoutMs - Math.min(timeoutMs * 0.1, 10_000), 1),
     );
     timer.unref();
-    let outcome: JobOutcome;
-    try {
-      const result: unknown = await Promise.resolve().then(() => this.handler(job, { signal: controller.signal }));
-      outcome = validOutcome(result)
-        ? result
-        : { type: 'retry', error: `handler returned an invalid outcome: ${JSON.stringify(result)}` };
-    } catch (err) {
-      outcome = { type: 'retry', error: errorMessage(err) };
-    } finally {
-      clearTimeout(timer);
-      this.controllers.delete(controller);
-    }
-    await this.finish(job, outcome);
-    this.inFlight--;
-    this.pump();
-    this.checkIdle();
+    Promise.resolve()
+      .then(() => this.handler(job, { signal: controller.signal }))
+      .then(
+        (result: unknown): JobOutcome =>
+          validOutcome(result)
+            ? result
+            : { type: 'retry', error: `handler returned an invalid outcome: ${String(JSON.stringify(result))}` },
+        (err: unknown): JobOutcome => ({ type: 'retry', error: errorMessage(err) }),
+      )
+      .then((outcome) => {
+        clearTimeout(timer);
+        this.controllers.delete(controller);
+        this.buffered(job, outcome);
+      });
   }
 
-  private finish(job: Job<P>, outcome: JobOutcome): Promise<void> {
+  private buffered(job: Job<P>, outcome: JobOutcome): void {
     if (this.closed) {
+      // stop() gave up on this job; the pool may be closed. Lease expiry brings it back.
+      this.inFlight--;
       this.log.warn({ jobId: job.id }, 'outcome after stop; the job is left to lease expiry');
-      return Promise.resolve();
+      return;
     }
-    return new Promise<void>((done) => {
-      this.buffer.push({ job, outcome, done });
-      if (this.flushing) return; // the running flush loop picks it up
-      if (this.buffer.length >= this.flushBatch) {
-        void this.flushNow();
-      } else if (!this.flushTimer) {
-        this.flushTimer = setTimeout(() => void this.flushNow(), this.flushMs);
-      }
-    });
-  }
-
-  /** Writes buffered outcomes; one flush loop at a time, which batches whatever arrives meanwhile. */
-  private flushNow(): Promise<void> {
-    clearTimeout(this.flushTimer);
-    this.flushTimer = undefined;
-    if (this.flushing) return this.flushing;
-    if (this.buffer.length === 0) return Promise.resolve();
-    this.flushing = (async () => {
-      while (this.buffer.length > 0) {
-        const batch = this.buffer.splice(0, this.flushBatch);
-        await this.writeOutcomes(batch);
-        for (const b of batch) b.done();
-      }
-    })().finally(() => {
-      this.flushing = null;
-    });
-    return this.flushing;
-  }
-
-  private async writeOutcomes(batch: Buffered<P>[]): Promise<void> {
-    // Transient errors: retry for a while; after that the jobs stay active and come back
-    // through lease expiry (never lost, possibly run again).
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const states = await this.queue.applyMany(batch);
-        states.forEach((s, i) => {
-          if (s === null) this.log.warn({ jobId: batch[i]!.job.id }, 'outcome ignored: the lease was lost meanwhile');
-        });
-        return;
-      } catch (err) {
-        if (attempt >= 5) {
-          this.log.error({ err, jobs: batch.length }, 'could not write job outcomes; leaving them to lease expiry');
-          return;
-        }
-        this.log.warn({ err, attempt }, 'writing job outcomes failed; retrying');
-        await new Promise((r) => setTimeout(r, 200 * 2 ** attempt));
-      }
+    this.buffer.push({ job, outcome });
+    if (this.cycling) {
+      this.wanted = true; // picked up right after the round trip in flight
+    } else if (this.buffer.length >= this.flushBatch) {
+      this.kick();
+    } else if (this.flushMs > 0) {
+      this.flushTimer ??= setTimeout(() => this.kick(), this.flushMs);
+    } else {
+      this.flushImmediate ??= setImmediate(() => this.kick());
     }
   }
 
@@ -277,7 +289,7 @@ export class Worker<P = unknown> {
       .then((r) => {
         if (r.expired > 0) {
           this.log.warn({ expired: r.expired }, 'took back jobs whose lease expired');
-          this.pump();
+          this.kick();
         }
       })
       .catch((err: unknown) => this.log.error({ err }, 'queue maintenance failed'))
@@ -288,10 +300,10 @@ export class Worker<P = unknown> {
   }
 
   private async connectListener(): Promise<void> {
-    // A dedicated client (not a pool slot): it lives as long as the worker.
+    // A dedicated client, not a pool slot: it lives as long as the worker.
     const client = new pg.Client(this.queue.db.options);
     client.on('notification', (msg) => {
-      if (msg.payload === this.queue.name) this.pump();
+      if (msg.payload === this.queue.name) this.kick();
     });
     client.on('error', (err) => {
       this.log.warn({ err }, 'LISTEN connection lost; polling until it is back');
@@ -313,7 +325,7 @@ export class Worker<P = unknown> {
       return;
     }
     this.listener = client;
-    this.pump(); // notifications sent while we were not listening are lost
+    this.kick(); // whatever was notified while we were not listening
   }
 
   private scheduleReconnect(): void {
@@ -333,7 +345,7 @@ export class Worker<P = unknown> {
   }
 
   private checkIdle(): void {
-    if (this.inFlight > 0 || this.claiming || this.idleWaiters.length === 0) return;
+    if (this.inFlight > 0 || this.cycling || this.idleWaiters.length === 0) return;
     const waiters = this.idleWaiters;
     this.idleWaiters = [];
     for (const w of waiters) w();

@@ -5,14 +5,16 @@ import type { Migration } from '../migrate.js';
  *
  * - `queue_jobs`: one row per job, all states. Finished rows are kept for inspection and
  *   trimmed by count (queue_retain). The attempt history is a jsonb array on the row,
- *   appended on each finish, so no extra insert per attempt.
+ *   appended by the same UPDATE that finishes an attempt: no extra insert per attempt.
  * - `queue_groups`: one row per (queue, group_key) that has pending or active jobs. It is the
  *   claim index: a claim walks groups that are free (`active_job_id IS NULL`) and due
  *   (`next_run_at <= now`) instead of scanning pending jobs, and locks them with SKIP LOCKED
- *   so concurrent claimers never wait on each other. `next_run_at` is a lower bound of the
- *   group's earliest pending `run_at` (exact after each finish; a claim that finds nothing
- *   due makes it exact again). `pending` is a counter that only feeds the cheap `depth()`;
- *   no decision depends on it.
+ *   so concurrent claimers never wait on each other.
+ *   `next_run_at` is a LOWER BOUND of the group's earliest pending run_at, kept with LEAST
+ *   only (enqueue, jobs returning to pending), so no write path has to scan the group. When
+ *   a claim finds a due group with nothing due in it (its due jobs ran out, the rest is
+ *   deferred), it computes the exact value once (queue_group_next).
+ *   `pending` is a counter that only feeds the cheap `depth()`; no decision depends on it.
  *
  * "At most one active job per group" is enforced by the partial unique index
  * queue_jobs_one_active, whatever the code does.
@@ -20,9 +22,16 @@ import type { Migration } from '../migrate.js';
  * Every time value comes in as a parameter (`p_now`): the application's injected Clock is
  * the only time source, so tests drive deferral, backoff and lease expiry.
  *
- * Lock order (deadlock avoidance): transactions that may wait lock job rows (ascending id)
- * before group rows (ascending group_key). The claim locks groups then jobs, but only with
- * SKIP LOCKED, so it never waits and cannot close a cycle.
+ * Plans must not depend on statistics (a queue bulk-loaded seconds ago has none): every
+ * statement reaches the big table through an index key it is given (`id = ANY (...)`,
+ * `group_key = ANY (...)`, per-group LIMIT 1 probes), so any join method stays bounded.
+ *
+ * Lock order (deadlock avoidance): transactions that may wait lock their job rows before
+ * any group row, and group rows in ascending group_key (enqueue, finish, cancel, lease
+ * expiry). Job rows that two transactions may both want (cancels) are locked in id order;
+ * finish batches never overlap (an active job has one owner). The claim locks groups then
+ * jobs, but only with SKIP LOCKED: it never waits, so it cannot close a cycle. Callers still
+ * retry on a deadlock error as a backstop.
  */
 export const m002: Migration = {
   id: '002_queue',
@@ -36,8 +45,8 @@ export const m002: Migration = {
                     CHECK (state IN ('pending', 'active', 'completed', 'failed', 'cancelled')),
       attempts      integer     NOT NULL DEFAULT 0,
       max_attempts  integer     NOT NULL CHECK (max_attempts > 0),
-      -- Incremented on every claim (also deferred ones): the lease token a finish must present,
-      -- so a worker whose lease was taken back cannot finish someone else's run.
+      -- Incremented on every claim (deferred ones too): the lease token a finish must present,
+      -- so a worker whose lease was taken back cannot finish the next run.
       claims        integer     NOT NULL DEFAULT 0,
       run_at        timestamptz NOT NULL,
       lease_until   timestamptz,
@@ -54,10 +63,9 @@ export const m002: Migration = {
 
     -- The group guarantee, enforced by the database.
     CREATE UNIQUE INDEX queue_jobs_one_active ON queue_jobs (queue, group_key) WHERE state = 'active';
-    -- A group's best ready job: lowest priority, then earliest run_at, then FIFO.
+    -- A group's best ready job: lowest priority, then earliest run_at, then FIFO. The only
+    -- index on pending jobs by group, so the claim's ordered LIMIT 1 probe has no worse choice.
     CREATE INDEX queue_jobs_ready ON queue_jobs (queue, group_key, priority, run_at, id) WHERE state = 'pending';
-    -- A group's earliest run_at (next_run_at), whatever the priorities.
-    CREATE INDEX queue_jobs_group_run_at ON queue_jobs (queue, group_key, run_at) WHERE state = 'pending';
     -- Count-based retention, newest first.
     CREATE INDEX queue_jobs_finished ON queue_jobs (queue, state, finished_at, id)
       WHERE state IN ('completed', 'failed', 'cancelled');
@@ -65,7 +73,7 @@ export const m002: Migration = {
     -- Bulk cancel and listing by organization.
     CREATE INDEX queue_jobs_org_pending ON queue_jobs (queue, org_id) WHERE state = 'pending' AND org_id IS NOT NULL;
 
-    -- Updated on every claim and finish: leave room on each page so claims stay HOT updates.
+    -- Updated on every claim and finish: room on each page keeps the claim's update HOT.
     CREATE TABLE queue_groups (
       queue          text        NOT NULL,
       group_key      text        NOT NULL,
@@ -80,112 +88,155 @@ export const m002: Migration = {
       LANGUAGE sql IMMUTABLE PARALLEL SAFE
       AS $$ SELECT p_ms * interval '1 millisecond' $$;
 
+    -- STABLE like to_char, so the planner inlines it.
     CREATE FUNCTION queue_iso(p_ts timestamptz) RETURNS text
-      LANGUAGE sql IMMUTABLE PARALLEL SAFE
+      LANGUAGE sql STABLE PARALLEL SAFE
       AS $$ SELECT to_char(p_ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') $$;
 
-    /*
-     * Settles the group rows after jobs of those groups changed state: clears active_job_id
-     * when it points at one of p_released, adds p_deltas to the pending counters and makes
-     * next_run_at exact, or deletes the row when the group has nothing left. Each group row
-     * is locked BEFORE its pending jobs are read (later statement = fresh snapshot), so a
-     * concurrent enqueue is either seen or waits for us and then re-inserts / LEASTs the row.
-     */
-    CREATE FUNCTION queue_settle_groups(p_queue text, p_groups text[], p_deltas integer[], p_released bigint[])
-    RETURNS void LANGUAGE plpgsql AS $$
-    DECLARE
-      r record;
-      v_next timestamptz;
-    BEGIN
-      FOR r IN
-        SELECT k.group_key, sum(k.delta)::integer AS delta
-          FROM unnest(p_groups, p_deltas) AS k(group_key, delta)
-         GROUP BY k.group_key ORDER BY k.group_key
-      LOOP
-        PERFORM 1 FROM queue_groups WHERE queue = p_queue AND group_key = r.group_key FOR UPDATE;
-        SELECT run_at INTO v_next FROM queue_jobs
-         WHERE queue = p_queue AND group_key = r.group_key AND state = 'pending'
-         ORDER BY run_at LIMIT 1;
-        IF v_next IS NULL THEN
-          DELETE FROM queue_groups
-           WHERE queue = p_queue AND group_key = r.group_key
-             AND (active_job_id IS NULL OR active_job_id = ANY (p_released));
-          IF NOT FOUND THEN
-            UPDATE queue_groups SET pending = 0 WHERE queue = p_queue AND group_key = r.group_key;
-          END IF;
-        ELSE
-          UPDATE queue_groups
-             SET active_job_id = CASE WHEN active_job_id = ANY (p_released) THEN NULL ELSE active_job_id END,
-                 pending = GREATEST(pending + r.delta, 1),
-                 next_run_at = v_next
-           WHERE queue = p_queue AND group_key = r.group_key;
-          IF NOT FOUND THEN
-            -- Repair path (a group row must exist while the group has pending jobs).
-            INSERT INTO queue_groups (queue, group_key, next_run_at, pending)
-            SELECT p_queue, r.group_key, v_next, count(*)::integer FROM queue_jobs
-             WHERE queue = p_queue AND group_key = r.group_key AND state = 'pending'
-            ON CONFLICT (queue, group_key) DO UPDATE SET next_run_at = LEAST(queue_groups.next_run_at, EXCLUDED.next_run_at);
-          END IF;
-        END IF;
-      END LOOP;
-    END $$;
-
-    /*
-     * Claims up to p_limit jobs, at most one per group, in ONE round trip. Due, free groups
-     * are taken oldest next_run_at first (fairness across groups) with SKIP LOCKED; for each,
-     * the best ready job (priority, run_at, id) becomes active with a lease. A group whose
-     * next_run_at was only a lower bound (cancelled or re-deferred jobs) gets it made exact.
-     */
-    CREATE FUNCTION queue_claim(p_queue text, p_worker text, p_limit integer, p_now timestamptz, p_lease_ms bigint)
-    RETURNS SETOF queue_jobs LANGUAGE plpgsql AS $$
-    DECLARE
-      g record;
-      j queue_jobs;
-      v_next timestamptz;
-      v_lease timestamptz := p_now + queue_ms(p_lease_ms);
-    BEGIN
-      IF p_limit <= 0 THEN RETURN; END IF;
-      FOR g IN
-        SELECT group_key FROM queue_groups
-         WHERE queue = p_queue AND active_job_id IS NULL AND next_run_at <= p_now
-         ORDER BY next_run_at
-         LIMIT p_limit
-         FOR UPDATE SKIP LOCKED
-      LOOP
-        UPDATE queue_jobs
-           SET state = 'active', attempts = attempts + 1, claims = claims + 1,
-               started_at = p_now, lease_until = v_lease, locked_by = p_worker
-         WHERE id = (SELECT id FROM queue_jobs
-                      WHERE queue = p_queue AND group_key = g.group_key AND state = 'pending' AND run_at <= p_now
-                      ORDER BY priority, run_at, id
-                      LIMIT 1
-                      FOR UPDATE SKIP LOCKED)
-        RETURNING * INTO j;
-        IF FOUND THEN
-          UPDATE queue_groups SET active_job_id = j.id, pending = GREATEST(pending - 1, 0)
-           WHERE queue = p_queue AND group_key = g.group_key;
-          RETURN NEXT j;
-        ELSE
-          SELECT run_at INTO v_next FROM queue_jobs
-           WHERE queue = p_queue AND group_key = g.group_key AND state = 'pending'
-           ORDER BY run_at LIMIT 1;
-          IF v_next IS NULL THEN
-            DELETE FROM queue_groups WHERE queue = p_queue AND group_key = g.group_key;
-          ELSIF v_next > p_now THEN
-            UPDATE queue_groups SET next_run_at = v_next WHERE queue = p_queue AND group_key = g.group_key;
-          END IF;
-          -- else: the ready job is locked by a concurrent cancel; the next claim sees the outcome.
-        END IF;
-      END LOOP;
-    END $$;
-
     /* A history entry (AttemptRecord) for the attempt a job is finishing now. */
-    CREATE FUNCTION queue_attempt(p_attempt integer, p_started timestamptz, p_now timestamptz, p_outcome text, p_key text, p_text text)
-    RETURNS jsonb LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    CREATE FUNCTION queue_attempt(p_attempt integer, p_started timestamptz, p_now timestamptz,
+                                  p_outcome text, p_key text, p_text text)
+    RETURNS jsonb LANGUAGE sql STABLE PARALLEL SAFE AS $$
       SELECT jsonb_build_object('attempt', p_attempt, 'startedAt', queue_iso(COALESCE(p_started, p_now)),
                                 'finishedAt', queue_iso(p_now), 'outcome', p_outcome)
              || CASE WHEN p_key IS NULL OR p_text IS NULL THEN '{}'::jsonb ELSE jsonb_build_object(p_key, p_text) END
     $$;
+
+    /*
+     * Exact earliest run_at of a group's pending jobs (NULL: none). A loose index scan over
+     * queue_jobs_ready: one LIMIT 1 probe per distinct priority, not one row per job.
+     */
+    CREATE FUNCTION queue_group_next(p_queue text, p_group text) RETURNS timestamptz
+    LANGUAGE sql STABLE AS $$
+      WITH RECURSIVE per_priority AS (
+        (SELECT j.priority, j.run_at FROM queue_jobs j
+          WHERE j.queue = p_queue AND j.group_key = p_group AND j.state = 'pending'
+          ORDER BY j.priority, j.run_at, j.id LIMIT 1)
+        UNION ALL
+        SELECT n.priority, n.run_at FROM per_priority p
+        CROSS JOIN LATERAL (
+          SELECT j.priority, j.run_at FROM queue_jobs j
+           WHERE j.queue = p_queue AND j.group_key = p_group AND j.state = 'pending' AND j.priority > p.priority
+           ORDER BY j.priority, j.run_at, j.id LIMIT 1) n
+      )
+      SELECT min(run_at) FROM per_priority
+    $$;
+
+    /*
+     * Settles group rows after jobs of those groups changed state (set-based: a fixed number
+     * of statements whatever the batch size). Per entry i: group p_groups[i] gains p_deltas[i]
+     * pending jobs, and p_run_ats[i], when not NULL, is the run_at of a job that became pending
+     * (it lowers next_run_at). active_job_id is cleared when it is one of p_released. A group
+     * with nothing pending and nothing running is deleted.
+     * The group rows are locked (key order) BEFORE the statements that look for pending jobs,
+     * which therefore see every enqueue that committed first; a later enqueue waits for our
+     * lock and then re-inserts or LEASTs the row itself.
+     */
+    CREATE FUNCTION queue_settle_groups(p_queue text, p_groups text[], p_deltas integer[],
+                                        p_run_ats timestamptz[], p_released bigint[])
+    RETURNS void LANGUAGE plpgsql AS $$
+    DECLARE
+      v_keys text[];
+      v_deltas integer[];
+      v_mins timestamptz[];
+      v_deleted integer;
+      v_updated integer;
+    BEGIN
+      SELECT array_agg(k.group_key ORDER BY k.group_key), array_agg(k.delta ORDER BY k.group_key),
+             array_agg(k.min_run_at ORDER BY k.group_key)
+        INTO v_keys, v_deltas, v_mins
+        FROM (SELECT u.group_key, sum(u.delta)::integer AS delta, min(u.run_at) AS min_run_at
+                FROM unnest(p_groups, p_deltas, p_run_ats) AS u(group_key, delta, run_at)
+               GROUP BY u.group_key) k;
+      IF v_keys IS NULL THEN RETURN; END IF;
+      PERFORM 1 FROM queue_groups g
+       WHERE g.queue = p_queue AND g.group_key = ANY (v_keys)
+       ORDER BY g.group_key FOR UPDATE;
+      DELETE FROM queue_groups g
+       WHERE g.queue = p_queue AND g.group_key = ANY (v_keys)
+         AND (g.active_job_id IS NULL OR g.active_job_id = ANY (p_released))
+         AND (SELECT 1 FROM queue_jobs j
+               WHERE j.queue = p_queue AND j.group_key = g.group_key AND j.state = 'pending' LIMIT 1) IS NULL;
+      GET DIAGNOSTICS v_deleted = ROW_COUNT;
+      UPDATE queue_groups g
+         SET active_job_id = CASE WHEN g.active_job_id = ANY (p_released) THEN NULL ELSE g.active_job_id END,
+             pending = GREATEST(g.pending + d.delta, 0),
+             next_run_at = LEAST(g.next_run_at, d.min_run_at)
+        FROM unnest(v_keys, v_deltas, v_mins) AS d(group_key, delta, min_run_at)
+       WHERE g.queue = p_queue AND g.group_key = ANY (v_keys) AND g.group_key = d.group_key;
+      GET DIAGNOSTICS v_updated = ROW_COUNT;
+      IF v_deleted + v_updated < cardinality(v_keys) THEN
+        -- Repair path (never taken while the invariants hold): pending jobs need a group row.
+        INSERT INTO queue_groups (queue, group_key, next_run_at, pending)
+        SELECT p_queue, j.group_key, min(j.run_at), count(*)::integer FROM queue_jobs j
+         WHERE j.queue = p_queue AND j.group_key = ANY (v_keys) AND j.state = 'pending'
+         GROUP BY j.group_key
+        ON CONFLICT (queue, group_key) DO NOTHING;
+      END IF;
+    END $$;
+
+    /*
+     * Claims up to p_limit jobs, at most one per group, in ONE round trip. Due, free groups
+     * are taken oldest next_run_at first (fairness across groups) with SKIP LOCKED, so
+     * concurrent claimers never wait; then, in a new statement (fresh snapshot, the groups are
+     * ours), each group's best due job (priority, run_at, id) becomes active with a lease.
+     * A locked group with nothing due had a stale lower bound: it gets the exact next_run_at,
+     * or is deleted when nothing is pending.
+     */
+    CREATE FUNCTION queue_claim(p_queue text, p_worker text, p_limit integer, p_now timestamptz, p_lease_ms bigint)
+    RETURNS SETOF queue_jobs LANGUAGE plpgsql AS $$
+    DECLARE
+      v_groups text[];
+      v_claimed integer;
+      v_group text;
+      v_next timestamptz;
+    BEGIN
+      IF p_limit <= 0 THEN RETURN; END IF;
+      SELECT array_agg(s.group_key) INTO v_groups FROM (
+        SELECT g.group_key FROM queue_groups g
+         WHERE g.queue = p_queue AND g.active_job_id IS NULL AND g.next_run_at <= p_now
+         ORDER BY g.next_run_at
+         LIMIT p_limit
+         FOR UPDATE SKIP LOCKED) s;
+      IF v_groups IS NULL THEN RETURN; END IF;
+      RETURN QUERY
+        WITH pick AS (
+          SELECT p.id FROM unnest(v_groups) AS k(group_key)
+          CROSS JOIN LATERAL (
+            SELECT q.id FROM queue_jobs q
+             WHERE q.queue = p_queue AND q.group_key = k.group_key AND q.state = 'pending' AND q.run_at <= p_now
+             ORDER BY q.priority, q.run_at, q.id
+             LIMIT 1
+             FOR UPDATE SKIP LOCKED) p
+        ), upd AS (
+          UPDATE queue_jobs j
+             SET state = 'active', attempts = j.attempts + 1, claims = j.claims + 1,
+                 started_at = p_now, lease_until = p_now + queue_ms(p_lease_ms), locked_by = p_worker
+            FROM pick
+           WHERE j.id = pick.id
+          RETURNING j.*
+        ), grp AS (
+          UPDATE queue_groups g SET active_job_id = u.id, pending = GREATEST(g.pending - 1, 0)
+            FROM upd u
+           WHERE g.queue = p_queue AND g.group_key = ANY (v_groups) AND g.group_key = u.group_key
+        )
+        SELECT * FROM upd;
+      GET DIAGNOSTICS v_claimed = ROW_COUNT;
+      IF v_claimed < cardinality(v_groups) THEN
+        FOR v_group IN
+          SELECT g.group_key FROM queue_groups g
+           WHERE g.queue = p_queue AND g.group_key = ANY (v_groups) AND g.active_job_id IS NULL
+        LOOP
+          v_next := queue_group_next(p_queue, v_group);
+          IF v_next IS NULL THEN
+            DELETE FROM queue_groups WHERE queue = p_queue AND group_key = v_group;
+          ELSIF v_next > p_now THEN
+            UPDATE queue_groups SET next_run_at = v_next WHERE queue = p_queue AND group_key = v_group;
+          END IF;
+          -- else a due job is held by a concurrent cancel: the next claim sees the outcome.
+        END LOOP;
+      END IF;
+    END $$;
 
     /*
      * Applies handler outcomes to active jobs in ONE round trip. Item i is applied only if job
@@ -202,12 +253,13 @@ export const m002: Migration = {
       v_ids bigint[];
       v_groups text[];
       v_states text[];
+      v_run_ats timestamptz[];
       v_nb integer := cardinality(p_backoff_ms);
     BEGIN
-      -- Lock order: job rows by ascending id (see the migration header).
-      PERFORM 1 FROM queue_jobs q WHERE q.id = ANY (p_ids) ORDER BY q.id FOR UPDATE;
+      -- No ordered pre-lock: batches of different workers never share a job (an active job
+      -- has one owner), and the other lockers of job rows use id order or SKIP LOCKED.
       WITH decided AS (
-        SELECT t.id, t.kind, t.delay_ms, t.txt,
+        SELECT t.id, t.kind, t.txt,
                CASE
                  WHEN t.kind = 'complete' THEN 'completed'
                  WHEN t.kind = 'defer' THEN 'pending'
@@ -227,7 +279,7 @@ export const m002: Migration = {
                END AS new_run_at
           FROM unnest(p_ids, p_claims, p_kinds, p_delays_ms, p_texts) AS t(id, claims, kind, delay_ms, txt)
           JOIN queue_jobs j ON j.id = t.id
-         WHERE j.queue = p_queue AND j.state = 'active' AND j.claims = t.claims
+         WHERE j.id = ANY (p_ids) AND j.queue = p_queue AND j.state = 'active' AND j.claims = t.claims
       ), upd AS (
         UPDATE queue_jobs j
            SET state = d.new_state,
@@ -240,14 +292,17 @@ export const m002: Migration = {
                history = j.history || jsonb_build_array(queue_attempt(j.attempts, j.started_at, p_now, d.outcome,
                  CASE WHEN d.kind = 'complete' THEN NULL WHEN d.kind = 'defer' THEN 'reason' ELSE 'error' END, d.txt))
           FROM decided d
-         WHERE j.id = d.id
-        RETURNING j.id, j.group_key, j.state
+         WHERE j.id = ANY (p_ids) AND j.id = d.id
+        RETURNING j.id, j.group_key, j.state, j.run_at
       )
-      SELECT array_agg(u.id), array_agg(u.group_key), array_agg(u.state) INTO v_ids, v_groups, v_states FROM upd u;
+      SELECT array_agg(u.id), array_agg(u.group_key), array_agg(u.state),
+             array_agg(CASE WHEN u.state = 'pending' THEN u.run_at END)
+        INTO v_ids, v_groups, v_states, v_run_ats
+        FROM upd u;
 
       IF v_ids IS NOT NULL THEN
         PERFORM queue_settle_groups(p_queue, v_groups,
-          ARRAY(SELECT CASE WHEN s = 'pending' THEN 1 ELSE 0 END FROM unnest(v_states) AS s), v_ids);
+          ARRAY(SELECT CASE WHEN s = 'pending' THEN 1 ELSE 0 END FROM unnest(v_states) AS s), v_run_ats, v_ids);
         RETURN QUERY SELECT * FROM unnest(v_ids, v_states);
       END IF;
     END $$;
@@ -275,8 +330,8 @@ export const m002: Migration = {
     /*
      * Takes back active jobs whose lease passed (their worker died or hung): they run again
      * at once, keeping their run_at and so their place in the group, or fail when their
-     * attempts are exhausted. The lost run counts as an attempt
-     * (history outcome lease_expired). SKIP LOCKED: a finish in progress wins.
+     * attempts are exhausted. The lost run counts as an attempt (history outcome
+     * lease_expired). SKIP LOCKED: a finish in progress wins.
      */
     CREATE FUNCTION queue_expire_leases(p_queue text, p_now timestamptz) RETURNS integer
     LANGUAGE plpgsql AS $$
@@ -284,6 +339,7 @@ export const m002: Migration = {
       v_ids bigint[];
       v_groups text[];
       v_deltas integer[];
+      v_run_ats timestamptz[];
     BEGIN
       WITH expired AS (
         SELECT q.id FROM queue_jobs q
@@ -300,12 +356,14 @@ export const m002: Migration = {
                history = j.history || jsonb_build_array(queue_attempt(j.attempts, j.started_at, p_now, 'lease_expired', NULL, NULL))
           FROM expired e
          WHERE j.id = e.id
-        RETURNING j.id, j.group_key, j.state
+        RETURNING j.id, j.group_key, j.state, j.run_at
       )
-      SELECT array_agg(u.id), array_agg(u.group_key), array_agg(CASE WHEN u.state = 'pending' THEN 1 ELSE 0 END)
-        INTO v_ids, v_groups, v_deltas FROM upd u;
+      SELECT array_agg(u.id), array_agg(u.group_key), array_agg(CASE WHEN u.state = 'pending' THEN 1 ELSE 0 END),
+             array_agg(CASE WHEN u.state = 'pending' THEN u.run_at END)
+        INTO v_ids, v_groups, v_deltas, v_run_ats
+        FROM upd u;
       IF v_ids IS NULL THEN RETURN 0; END IF;
-      PERFORM queue_settle_groups(p_queue, v_groups, v_deltas, v_ids);
+      PERFORM queue_settle_groups(p_queue, v_groups, v_deltas, v_run_ats, v_ids);
       RETURN cardinality(v_ids);
     END $$;
 
@@ -339,14 +397,16 @@ export const m002: Migration = {
         ) SELECT array_agg(u.id), array_agg(u.group_key) INTO v_ids, v_groups FROM upd u;
       END IF;
       IF v_ids IS NULL THEN RETURN; END IF;
-      PERFORM queue_settle_groups(p_queue, v_groups, array_fill(-1, ARRAY[cardinality(v_ids)]), '{}'::bigint[]);
+      PERFORM queue_settle_groups(p_queue, v_groups, array_fill(-1, ARRAY[cardinality(v_ids)]),
+                                  array_fill(NULL::timestamptz, ARRAY[cardinality(v_ids)]), '{}'::bigint[]);
       RETURN QUERY SELECT unnest(v_ids);
     END $$;
 
     /*
-     * Count-based retention: keeps the p_keep most recently finished jobs of a state, deletes
-     * at most p_max older ones per call. One maintainer per queue at a time (advisory lock),
-     * the others skip: concurrent deletes of the same rows would only wait on each other.
+     * Count-based retention: keeps the p_keep_* most recently finished jobs of each finished
+     * state, deletes at most p_max older ones per state and call. One maintainer per queue at
+     * a time (advisory lock; the others return -1): concurrent deletes of the same rows would
+     * only wait on each other.
      */
     CREATE FUNCTION queue_retain(p_queue text, p_keep_completed integer, p_keep_failed integer,
                                  p_keep_cancelled integer, p_max integer) RETURNS integer
@@ -356,7 +416,7 @@ export const m002: Migration = {
       v_n integer;
     BEGIN
       IF NOT pg_try_advisory_xact_lock(1014707, hashtext(p_queue)) THEN RETURN -1; END IF;
-      -- Literal states (not a loop variable) so the partial index queue_jobs_finished applies.
+      -- Literal states (not a variable) so the partial index queue_jobs_finished applies.
       DELETE FROM queue_jobs WHERE id IN (
         SELECT q.id FROM queue_jobs q WHERE q.queue = p_queue AND q.state = 'completed'
          ORDER BY q.finished_at DESC, q.id DESC OFFSET p_keep_completed LIMIT p_max);

@@ -5,7 +5,8 @@ import type { Migration } from '../migrate.js';
  * - webhooks: configured endpoints; the secret is kept in clear because every request is signed with it.
  * - webhook_events: one row per emitted event that had at least one subscriber; `data` is json
  *   (not jsonb) so the key order the emitter chose is what receivers see.
- * - webhook_deliveries: one row per (event, endpoint), the unit of retry and replay.
+ * - webhook_deliveries: one row per (event, endpoint), the unit of retry and replay; written in
+ *   the same transaction as its queue job (queue_jobs, migration 002).
  * - webhook_attempts: the delivery log, one row per HTTP attempt.
  * Time values come from the application's Clock.
  */
@@ -36,11 +37,7 @@ export const m040: Migration = {
       event_id         text NOT NULL REFERENCES webhook_events (id) ON DELETE CASCADE,
       event_type       text NOT NULL,
       status           text NOT NULL CHECK (status IN ('pending', 'succeeded', 'failed')),
-      -- false until the queue job is known to exist (crash between the two writes: the sweep enqueues it).
-      enqueued         boolean NOT NULL DEFAULT false,
       attempts         integer NOT NULL DEFAULT 0,
-      -- Manual retries requested: part of the queue dedupe key, so each replay is its own job.
-      retries          integer NOT NULL DEFAULT 0,
       last_status_code integer,
       last_error       text,
       next_attempt_at  timestamptz,
@@ -52,7 +49,6 @@ export const m040: Migration = {
     CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook_id, id DESC);
     CREATE INDEX webhook_deliveries_event ON webhook_deliveries (event_id);
     CREATE INDEX webhook_deliveries_created ON webhook_deliveries (created_at);
-    CREATE INDEX webhook_deliveries_unenqueued ON webhook_deliveries (updated_at) WHERE status = 'pending' AND NOT enqueued;
 
     CREATE TABLE webhook_attempts (
       delivery_id   text NOT NULL REFERENCES webhook_deliveries (id) ON DELETE CASCADE,

@@ -2,7 +2,8 @@ import type { Migration } from '../migrate.js';
 
 /**
  * Public endpoints and campaigns, part 1: templates and their share links, campaign archive
- * snapshots, and open/click tracking. Every timestamp is written from the injected Clock.
+ * snapshots, and open/click tracking of email_sends (010). Every timestamp is written from
+ * the injected Clock.
  */
 export const m060: Migration = {
   id: '060_public_content',
@@ -42,13 +43,13 @@ export const m060: Migration = {
       sent_at           timestamptz NOT NULL
     );
 
-    -- One row per tracked message, created when the message is handed to the provider.
-    -- Tracking only ever UPDATEs these rows: hits for unknown ids create nothing.
+    -- Open and click counters of one tracked message (an email_sends row, REST API area),
+    -- created when the message is handed to the provider. Tracking only ever UPDATEs these
+    -- rows: hits for unknown ids create nothing. contact_id feeds the engagement score.
     CREATE TABLE email_engagement (
-      email_send_id        text PRIMARY KEY,
-      contact_id           text,
+      email_send_id        text COLLATE "C" PRIMARY KEY REFERENCES email_sends (id) ON DELETE CASCADE,
+      contact_id           text COLLATE "C",
       campaign_id          text,
-      email                text NOT NULL,
       sent_at              timestamptz NOT NULL,
       opens                integer NOT NULL DEFAULT 0,
       machine_opens        integer NOT NULL DEFAULT 0,
@@ -69,7 +70,7 @@ export const m060: Migration = {
     -- Every click (per-link statistics); machine clicks are kept and flagged, never dropped.
     CREATE TABLE email_clicks (
       id            bigserial PRIMARY KEY,
-      email_send_id text NOT NULL,
+      email_send_id text COLLATE "C" NOT NULL REFERENCES email_sends (id) ON DELETE CASCADE,
       url           text NOT NULL,
       clicked_at    timestamptz NOT NULL,
       machine       boolean NOT NULL,

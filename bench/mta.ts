@@ -1,0 +1,249 @@
+/**
+ * MTA delivery benchmark (`npm run bench:mta`). In one run, on loopback only:
+ *   (1) baselines: Postfix's `smtp-source` → `smtp-sink` directly (same sink, same sizes), and
+ *       `openssl speed -seconds 3 -multi 2 rsa2048` (RSA-2048 signatures per second, 2 cores);
+ *   (2) our delivery engine: N messages of 5 KB and of 100 KB through the Deliverer
+ *       (MX lookups against knotd, DKIM RSA-2048 on every message, VERP, provenance in the
+ *       embedded PostgreSQL, pooled SMTP bound to 127.0.0.2/127.0.0.3) to Debian's smtp-sink,
+ *       over BENCH_DOMAINS recipient domains each with its own MX host name;
+ *   (3) BENCH_MODE=e2e (or all): the full chain — POST /send → queue → ten phases → delivery —
+ *       through startLettermill (role all) with the same DNS, sink and key;
+ *   (4) BENCH_POSTFIX=1: a throwaway Postfix instance as relay to the same sink, fed by
+ *       smtp-source (no DKIM: Postfix does not sign), as the "real MTA" reference.
+ * Figures are accepted-at-sink messages per second and drain time, with ratios to the
+ * baselines measured in the same run.
+ *
+ * Environment: BENCH_MODE (engine | e2e | all; default engine), BENCH_N_5K (20000),
+ * BENCH_N_100K (6000), BENCH_DOMAINS (50), BENCH_CONCURRENCY (150), BENCH_POSTFIX (0|1),
+ * DATABASE_URL (default: an embedded PostgreSQL in a temp dir).
+ */
+import { execFile } from 'node:child_process';
+import { generateKeyPairSync } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Registry } from 'prom-client';
+import { startEmbeddedPostgres, type EmbeddedStore } from '../src/runtime/embedded-postgres.js';
+import { systemClock } from '../src/shared/clock.js';
+import { MemoryCoordination } from '../src/shared/coord/memory.js';
+import { migrate } from '../src/shared/db/migrate.js';
+import { createPool, type Db } from '../src/shared/db/pool.js';
+import { silentLogger } from '../src/shared/log.js';
+import { createDeliverer } from '../src/mta/delivery/deliverer.js';
+import type { DeliveryResult, DeliveryRoute, OutboundMessage } from '../src/mta/delivery/types.js';
+import { PgDkimKeyStore } from '../src/mta/stores/dkim.js';
+import { findFreePort, startDnsServer, type DnsRecord, type DnsServer } from '../test/harness/dns.js';
+import { runSmtpSource, startPostfixSmtpSink, type PostfixSmtpSink } from '../test/harness/smtp-sink-postfix.js';
+
+const MODE = (process.env.BENCH_MODE ?? 'engine') as 'engine' | 'e2e' | 'all';
+const N_5K = Number(process.env.BENCH_N_5K ?? 20_000);
+const N_100K = Number(process.env.BENCH_N_100K ?? 6_000);
+const DOMAINS = Number(process.env.BENCH_DOMAINS ?? 50);
+const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 150);
+const POSTFIX = process.env.BENCH_POSTFIX === '1';
+const SINK_HOST = '127.0.0.10';
+const ROUTES: DeliveryRoute[] = [
+  { pool: 'transactional', bindIp: '127.0.0.2', ehloName: 'mta1.bench.test' },
+  { pool: 'campaign', bindIp: '127.0.0.3', ehloName: 'mta2.bench.test' },
+];
+
+const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+
+/** A newsletter-like HTML body of about `bytes` octets: short lines, mostly ASCII, some UTF-8. */
+export function htmlBody(bytes: number, seed: number): string {
+  const words = ['Lettermill', 'newsletter', 'update', 'Grüße', 'café', 'price', '€42', 'read', 'more', 'today', 'offer', 'naïve', 'résumé', 'link'];
+  const lines: string[] = ['<!doctype html><html><body>', `<h1>Issue ${seed}</h1>`];
+  let size = 60;
+  let i = seed;
+  while (size < bytes) {
+    let line = '<p>';
+    for (let w = 0; w < 10; w++) line += `${words[(i++ * 7) % words.length]} `;
+    line += `<a href="https://example.test/l/${seed}/${i}">link</a></p>`;
+    lines.push(line);
+    size += Buffer.byteLength(line) + 2;
+  }
+  lines.push('</body></html>');
+  return lines.join('\n');
+}
+
+function openssl(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    execFile('openssl', ['speed', '-seconds', '3', '-multi', '2', 'rsa2048'], { timeout: 120_000 }, (err, stdout) => {
+      if (err) return reject(err);
+      // "rsa 2048 bits 0.000135s 0.000007s   7380.0 136000.0": sign/s is the third number.
+      const line = stdout.split('\n').reverse().find((l) => /rsa\s+2048\s+bits/.test(l));
+      const nums = line?.match(/[\d.]+/g)?.map(Number) ?? [];
+      resolve(nums[3] ?? NaN);
+    });
+  });
+}
+
+interface RunResult {
+  messages: number;
+  elapsedMs: number;
+  rate: number;
+  notSent: number;
+  firstFailure?: string;
+}
+
+async function runEngine(opts: {
+  db: Db;
+  dns: DnsServer;
+  sink: PostfixSmtpSink;
+  keys: PgDkimKeyStore;
+  n: number;
+  bytes: number;
+}): Promise<RunResult> {
+  const engine = createDeliverer({
+    clock: systemClock,
+    coord: new MemoryCoordination(),
+    db: opts.db,
+    log: silentLogger,
+    keys: opts.keys,
+    verpKey: 'bench-verp-key-0123456789abcdef',
+    bounceHost: 'bounces.sender.bench.test',
+    dnsServers: [opts.dns.servers],
+    port: opts.sink.port,
+    globalMaxPerHost: 10,
+    registry: new Registry(),
+    autoPrune: false,
+  });
+  const bodies = Array.from({ length: 8 }, (_, i) => htmlBody(opts.bytes, i));
+  const texts = bodies.map((b) => b.replace(/<[^>]+>/g, '').slice(0, 2000));
+  const message = (i: number): OutboundMessage => ({
+    messageId: `bench-${opts.bytes}-${i}-${Date.now()}`,
+    organizationId: 'org-bench',
+    from: 'Bench News <news@sender.bench.test>',
+    to: `user${i}@d${i % DOMAINS}.bench.test`,
+    subject: `Bench message ${i}`,
+    html: bodies[i % bodies.length],
+    text: texts[i % texts.length],
+    headers: { 'List-Unsubscribe': `<https://sender.bench.test/u/${i}>`, 'List-Unsubscribe-Post': 'List-Unsubscribe=One-Click' },
+    dkimDomain: 'sender.bench.test',
+    campaignId: 'camp-bench',
+  });
+  // Warm up: DNS caches, key cache, one connection per host.
+  await Promise.all(Array.from({ length: DOMAINS }, (_, i) => engine.deliver(message(i), ROUTES[0])));
+  const base = opts.sink.count();
+  let next = 0;
+  let notSent = 0;
+  let firstFailure: string | undefined;
+  const start = performance.now();
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      for (;;) {
+        const i = next++;
+        if (i >= opts.n) return;
+        const r: DeliveryResult = await engine.deliver(message(i), ROUTES[i % 2]);
+        if (r.status !== 'sent') {
+          notSent++;
+          firstFailure ??= `${r.status}: ${r.response}`;
+        }
+      }
+    }),
+  );
+  await opts.sink.waitForCount(base + opts.n - notSent, 60_000);
+  const elapsedMs = performance.now() - start;
+  await engine.close();
+  return { messages: opts.n, elapsedMs, rate: ((opts.n - notSent) * 1000) / elapsedMs, notSent, firstFailure };
+}
+
+async function main(): Promise<void> {
+  const started = performance.now();
+  let url = process.env.DATABASE_URL;
+  let embedded: EmbeddedStore | undefined;
+  let tmp: string | undefined;
+  let dns: DnsServer | undefined;
+  let sink: PostfixSmtpSink | undefined;
+  let db: Db | undefined;
+  const cleanup = async () => {
+    await sink?.stop().catch(() => {});
+    await dns?.stop().catch(() => {});
+    await db?.end().catch(() => {});
+    await embedded?.stop().catch(() => {});
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+  };
+  process.once('SIGINT', () => void cleanup().then(() => process.exit(130)));
+  try {
+    if (!url) {
+      tmp = mkdtempSync(join(tmpdir(), 'lm-bench-mta-'));
+      embedded = await startEmbeddedPostgres({ dataDir: tmp, password: 'bench', log: silentLogger, database: 'lm_bench' });
+      url = embedded.url;
+    }
+    db = createPool(url, { max: 10, applicationName: 'lm-bench-mta' });
+    await migrate(db);
+    await db.query('TRUNCATE mta_send_provenance');
+
+    const rsaPem = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+    const keys = new PgDkimKeyStore(db, systemClock);
+    await keys.upsert('sender.bench.test', 'bench1', rsaPem);
+
+    const port = await findFreePort(SINK_HOST);
+    sink = await startPostfixSmtpSink({ host: SINK_HOST, port, countOnly: true, maxConnections: 2048 });
+    const zone: DnsRecord[] = [];
+    for (let d = 0; d < DOMAINS; d++) {
+      zone.push({ name: `d${d}`, type: 'MX', value: `10 mx.d${d}.bench.test` }, { name: `mx.d${d}`, type: 'A', value: SINK_HOST });
+    }
+    dns = await startDnsServer({ zones: { 'bench.test': zone } });
+
+    console.log(`MTA delivery benchmark — ${new Date().toISOString()}`);
+    console.log(`machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, node ${process.version}`);
+    console.log(`setup: ${DOMAINS} recipient domains (one MX host each) → Debian smtp-sink on ${SINK_HOST}:${port}; DKIM RSA-2048; concurrency ${CONCURRENCY}`);
+    console.log('');
+
+    const rsa = await openssl();
+    console.log(`openssl speed -multi 2 rsa2048: ${fmt(rsa)} sign/s (two-core RSA ceiling)`);
+    const sizes: [string, number, number][] = [
+      ['5 KB', 5 * 1024, N_5K],
+      ['100 KB', 100 * 1024, N_100K],
+    ];
+    const source: Record<string, number> = {};
+    for (const [label, bytes, n] of sizes) {
+      const before = sink.count();
+      const r = await runSmtpSource({ host: SINK_HOST, port, messages: n, sessions: 50, sizeBytes: bytes, reuseConnection: true, timeoutMs: 300_000 });
+      await sink.waitForCount(before + n, 60_000);
+      source[label] = r.rate;
+      console.log(`smtp-source → smtp-sink, ${label}: ${fmt(r.rate)} msg/s (${fmt(n)} in ${fmt(r.elapsedMs / 1000, 2)} s, 50 sessions)`);
+    }
+    console.log('');
+
+    const goals: Record<string, number> = { '5 KB': 2000, '100 KB': 750 };
+    if (MODE === 'engine' || MODE === 'all') {
+      for (const [label, bytes, n] of sizes) {
+        const r = await runEngine({ db, dns, sink, keys, n, bytes });
+        console.log(
+          `delivery engine, ${label}: ${fmt(r.rate)} msg/s accepted at sink, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)}` +
+            `${r.notSent ? ` (${r.notSent} not sent: ${r.firstFailure})` : ''}` +
+            ` | ×${fmt(r.rate / source[label], 2)} of smtp-source→smtp-sink, ${fmt(r.rate / rsa, 2)} of the RSA ceiling` +
+            ` | goal ${fmt(goals[label])} msg/s: ${r.rate >= goals[label] ? 'met' : 'NOT met'}`,
+        );
+      }
+    }
+    if (MODE === 'e2e' || MODE === 'all') {
+      const { runEndToEnd } = await import('./mta-e2e.js');
+      for (const [label, bytes, n] of sizes) {
+        const r = await runEndToEnd({ databaseUrl: url, dns, sinkPort: port, sinkHost: SINK_HOST, sinkCount: () => sink!.count(), rsaPem, n, bytes, domains: DOMAINS, html: htmlBody });
+        console.log(
+          `end to end (POST /send → queue → 10 phases → delivery), ${label}: ${fmt(r.rate)} msg/s accepted at sink, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)} (posting took ${fmt(r.postMs / 1000, 2)} s)` +
+            ` | ×${fmt(r.rate / source[label], 2)} of smtp-source→smtp-sink, ${fmt(r.rate / rsa, 2)} of the RSA ceiling | goal ${fmt(goals[label])} msg/s: ${r.rate >= goals[label] ? 'met' : 'NOT met'}`,
+        );
+      }
+    }
+    if (POSTFIX) {
+      const { runPostfixRelay } = await import('./mta-postfix.js');
+      for (const [label, bytes, n] of sizes) {
+        const r = await runPostfixRelay({ sinkHost: SINK_HOST, sinkPort: port, sinkCount: () => sink!.count(), messages: n, sizeBytes: bytes });
+        console.log(`Postfix relay (smtp-source → postfix → smtp-sink, NO DKIM), ${label}: ${fmt(r.rate)} msg/s, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)}`);
+      }
+    }
+    console.log('');
+    console.log(`total bench time ${fmt((performance.now() - started) / 1000, 1)} s`);
+  } finally {
+    await cleanup();
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

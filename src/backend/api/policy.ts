@@ -1,0 +1,58 @@
+/**
+ * Operator-tunable limits of the REST API, in one place. Values fixed by the spec are marked.
+ */
+export const API_RATE_LIMIT = {
+  /** Spec: burst of up to 15 requests before throttling. */
+  capacity: 15,
+  /** Spec: 10 requests per second sustained (also the X-RateLimit-Limit value). */
+  refillPerSecond: 10,
+} as const;
+
+export const CONTACT_LIST = {
+  /** Spec: default 25, max 100. A larger limit is refused with 400, never clamped silently. */
+  defaultLimit: 25,
+  maxLimit: 100,
+  /** A cursor walks a result now; it is not a bookmark. After this it answers 400. */
+  cursorTtlMs: 24 * 60 * 60 * 1000,
+  /** Longest `search` accepted (characters, after trimming). */
+  searchMaxLength: 200,
+  /** Substring (trigram) matching needs at least this many characters; shorter terms match words only. */
+  substringMinLength: 3,
+  /** At most this many words of a search term are used. */
+  searchMaxWords: 8,
+} as const;
+
+export const DOUBLE_OPT_IN = {
+  /** How long a confirmation link stays valid. */
+  tokenTtlMs: 7 * 24 * 60 * 60 * 1000,
+  /** Adding a pending member again re-sends the confirmation at most this often. */
+  resendAfterMs: 10 * 60 * 1000,
+} as const;
+
+export const API_KEYS = {
+  /** last_used_at is written at most this often per key (it is a hint, not an audit log). */
+  lastUsedResolutionMs: 60_000,
+} as const;
+
+export const EVENTS = {
+  maxProperties: 100,
+  maxPropertyKeyLength: 100,
+  maxStringValueLength: 2_000,
+  maxNameLength: 100,
+} as const;
+
+export const TRANSACTIONAL = {
+  maxSubjectLength: 998,
+  /** Same bound as the MTA's content screening default (CONTENT_MAX_SIZE_KB = 500). */
+  maxHtmlBytes: 500 * 1024,
+  maxTextBytes: 500 * 1024,
+  maxHeaders: 50,
+  maxVariables: 100,
+  /** A request still `sending` after this long is taken as crashed and may be retried. */
+  staleSendingMs: 60_000,
+  /** Time allowed for a provider API call. */
+  providerTimeoutMs: 15_000,
+} as const;
+
+/** Idempotency-Key header: length and characters (same as Stripe/Resend practice). */
+export const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;

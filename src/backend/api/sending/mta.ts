@@ -1,0 +1,52 @@
+/** EMAIL_PROVIDER=mta: POST {MTA_URL}/send with the email job of mta.md. */
+import type { EmailProvider, OutboundMessage, ProviderResult } from './provider.js';
+import { ProviderError } from './provider.js';
+
+export class MtaProvider implements EmailProvider {
+  readonly name = 'mta';
+
+  constructor(private readonly o: { url: string; apiKey: () => string; organizationId: string; timeoutMs: number }) {}
+
+  async send(m: OutboundMessage): Promise<ProviderResult> {
+    const job = {
+      messageId: m.id,
+      to: m.to,
+      from: m.from,
+      subject: m.subject,
+      html: m.html,
+      ...(m.text !== undefined ? { text: m.text } : {}),
+      ...(m.replyTo !== undefined ? { replyTo: m.replyTo } : {}),
+      ...(m.headers && Object.keys(m.headers).length ? { headers: m.headers } : {}),
+      ipPool: m.ipPool,
+      organizationId: this.o.organizationId,
+      dkimDomain: m.dkimDomain,
+      ...(m.campaignId ? { campaignId: m.campaignId } : {}),
+    };
+    let res: Response;
+    try {
+      res = await fetch(`${this.o.url}/send`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${this.o.apiKey()}` },
+        body: JSON.stringify(job),
+        signal: AbortSignal.timeout(this.o.timeoutMs),
+      });
+    } catch (err) {
+      throw new ProviderError(`The MTA at ${this.o.url} could not be reached: ${(err as Error).message}`, true);
+    }
+    const text = await res.text().catch(() => '');
+    let body: any = null;
+    try {
+      body = text ? JSON.parse(text) : null;
+    } catch {
+      // not JSON: reported below by status
+    }
+    if (res.status === 202 || res.status === 200) {
+      const data = body?.data ?? {};
+      return { providerMessageId: typeof data.messageId === 'string' ? data.messageId : m.id, messageId: null };
+    }
+    const detail = typeof body?.error?.message === 'string' ? body.error.message : text.slice(0, 200);
+    // 429 (back-pressure) and 5xx are transient; 4xx means the MTA refused this message.
+    const retryable = res.status === 429 || res.status >= 500;
+    throw new ProviderError(`The MTA answered ${res.status}: ${detail}`, retryable);
+  }
+}

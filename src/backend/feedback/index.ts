@@ -1,0 +1,19 @@
+/**
+ * Inbound delivery feedback: provider and MTA webhooks (verified, translated into one
+ * lifecycle, applied once) and the admin routes over what they record. See docs/feedback.md.
+ */
+import type { HttpApp } from '../../shared/http.js';
+import type { Services } from '../../shared/services.js';
+import { feedbackAdminRoutes } from './admin.js';
+import type { EventEmitter } from './pipeline.js';
+import { feedbackWebhookRoutes, type WebhookOptions } from './routes.js';
+
+export { isCampaignSendingPaused } from './sending-pause.js';
+export { applyFeedback } from './pipeline.js';
+export type { FeedbackEvent, LifecycleEvent, LifecycleStatus, SuppressionReason } from './lifecycle.js';
+
+export function registerFeedback(app: HttpApp, s: Services, events: EventEmitter, opts: WebhookOptions = {}): void {
+  const log = s.log.child({ area: 'feedback' });
+  feedbackWebhookRoutes(app, { db: s.db, clock: s.clock, log, config: s.config, events }, opts);
+  feedbackAdminRoutes(app, { config: s.config, db: s.db, clock: s.clock, log });
+}

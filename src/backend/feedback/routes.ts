@@ -1,0 +1,192 @@
+/**
+ * POST /webhooks/{mta,ses,resend,mandrill,relay}: each route only verifies and translates;
+ * applyFeedback() has the effects. In this encapsulated scope every body is kept as the raw
+ * Buffer (signatures are over bytes), each route has its own size limit, and a route whose
+ * secret is unset answers 503 before its body is read.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Clock } from '../../shared/clock.js';
+import type { Config } from '../../shared/config.js';
+import { AppError, badInput, forbidden, unauthenticated, unavailable } from '../../shared/errors.js';
+import type { HttpApp } from '../../shared/http.js';
+import type { Logger } from '../../shared/log.js';
+import { FeedbackFormatError, type Translation } from './lifecycle.js';
+import { applyFeedback, type PipelineDeps } from './pipeline.js';
+import { mandrillBatchTime, parseMandrillEvents, translateMandrill } from './translate/mandrill.js';
+import { translateMta } from './translate/mta.js';
+import { translateRelay } from './translate/relay.js';
+import { translateResend } from './translate/resend.js';
+import { translateSes } from './translate/ses.js';
+import { checkTolerance, VerificationError } from './verify/common.js';
+import { MTA_SCHEME, RELAY_SCHEME, verifyTimestampedHmac } from './verify/hmac.js';
+import { parseFormFields, verifyMandrill } from './verify/mandrill.js';
+import {
+  httpsTextFetcher,
+  parseSnsMessage,
+  snsCertUrlRegion,
+  SnsCertificateCache,
+  SnsFormatError,
+  snsHostRegion,
+  topicArnRegion,
+  verifySnsMessage,
+  type TextFetcher,
+} from './verify/sns.js';
+import { svixKey, verifySvix } from './verify/svix.js';
+
+/** Body limits per route: MTA events carry inbound messages; Mandrill batches up to 1000 events. */
+export const BODY_LIMITS = {
+  mta: 10 * 1024 * 1024,
+  ses: 512 * 1024,
+  resend: 1024 * 1024,
+  mandrill: 5 * 1024 * 1024,
+  relay: 1024 * 1024,
+} as const;
+
+export interface WebhookOptions {
+  /** Fetches SNS signing certificates (PEM). Default: https GET, no redirects, 10 s, 64 KiB. */
+  snsCertificateFetch?: TextFetcher;
+  /** Confirms an SNS subscription by GETting its SubscribeURL. Default: the same https GET. */
+  snsConfirmFetch?: TextFetcher;
+  /**
+   * Checks SNS certificates' validity period. Always true in production; only tests that pin
+   * Amazon's real (expired) sample certificates turn it off.
+   */
+  snsCheckCertExpiry?: boolean;
+}
+
+export interface WebhookDeps extends PipelineDeps {
+  config: Config;
+  clock: Clock;
+  log: Logger;
+}
+
+const ok = (r: { applied: number; duplicates: number }) => ({ success: true as const, applied: r.applied, duplicates: r.duplicates });
+const IGNORED = { success: true as const, ignored: true as const };
+
+function notConfigured(name: string): AppError {
+  return unavailable(`This webhook route is not configured: ${name} is not set`, 'webhook_not_configured');
+}
+
+/** VerificationError → 401, format errors → 400; anything else propagates (500, logged). */
+function mapError(err: unknown): unknown {
+  if (err instanceof VerificationError) return unauthenticated(err.message, err.reason);
+  if (err instanceof FeedbackFormatError || err instanceof SnsFormatError) return badInput(err.message, 'invalid_payload');
+  return err;
+}
+
+export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: WebhookOptions = {}): void {
+  const { config, clock, log } = deps;
+  const certs = new SnsCertificateCache({ fetch: opts.snsCertificateFetch ?? httpsTextFetcher, clock });
+  const confirmFetch = opts.snsConfirmFetch ?? httpsTextFetcher;
+  const checkCertExpiry = opts.snsCheckCertExpiry ?? true;
+  if (config.NODE_ENV === 'production' && !checkCertExpiry) throw new Error('snsCheckCertExpiry cannot be turned off in production');
+
+  // Fail closed, before the body is read: an unset secret means nothing is verified.
+  const requireSecret = (name: keyof Config, valid: () => boolean = () => true) =>
+    async (_req: FastifyRequest, _reply: FastifyReply) => {
+      if (!config[name] || !valid()) throw notConfigured(name);
+    };
+  const resendKeyValid = () => {
+    try {
+      svixKey(config.RESEND_WEBHOOK_SECRET!);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+
+  const apply = async (t: Translation, reply: FastifyReply) => {
+    if (t.ignored !== undefined) return reply.code(200).send(IGNORED);
+    return reply.code(200).send(ok(await applyFeedback(deps, t.events)));
+  };
+
+  app.register(async (scope) => {
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
+    scope.setErrorHandler((err, req, reply) => {
+      const mapped = mapError(err);
+      if (mapped instanceof AppError) return reply.code(mapped.status).send(mapped.toEnvelope());
+      throw err; // the app's envelope handler
+    });
+    const raw = (req: FastifyRequest): Buffer => (Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
+
+    scope.post('/webhooks/mta', { bodyLimit: BODY_LIMITS.mta, onRequest: requireSecret('MTA_WEBHOOK_SECRET') }, async (req, reply) => {
+      const body = raw(req);
+      const now = clock.now();
+      verifyTimestampedHmac(MTA_SCHEME, { secret: config.MTA_WEBHOOK_SECRET!, body, headers: req.headers, nowMs: now });
+      return apply(translateMta(body, now), reply);
+    });
+
+    scope.post('/webhooks/relay', { bodyLimit: BODY_LIMITS.relay, onRequest: requireSecret('RELAY_WEBHOOK_SECRET') }, async (req, reply) => {
+      const body = raw(req);
+      const now = clock.now();
+      verifyTimestampedHmac(RELAY_SCHEME, { secret: config.RELAY_WEBHOOK_SECRET!, body, headers: req.headers, nowMs: now });
+      return apply(translateRelay(body, now), reply);
+    });
+
+    scope.post(
+      '/webhooks/resend',
+      { bodyLimit: BODY_LIMITS.resend, onRequest: requireSecret('RESEND_WEBHOOK_SECRET', resendKeyValid) },
+      async (req, reply) => {
+        const body = raw(req);
+        const now = clock.now();
+        const { id } = verifySvix({ secret: config.RESEND_WEBHOOK_SECRET!, body, headers: req.headers, nowMs: now });
+        return apply(translateResend(body, id, now), reply);
+      },
+    );
+
+    // Mandrill checks a new webhook URL with HEAD (and may POST an empty batch) before it
+    // shows the key: both succeed and do nothing, even while the key is not configured yet.
+    scope.head('/webhooks/mandrill', async (_req, reply) => reply.code(200).send());
+    scope.post('/webhooks/mandrill', { bodyLimit: BODY_LIMITS.mandrill }, async (req, reply) => {
+      const body = raw(req);
+      const fields = parseFormFields(body);
+      const batch = fields.get('mandrill_events');
+      if (body.length === 0 || batch === undefined || batch.trim() === '[]') return reply.code(200).send(IGNORED);
+      if (!config.MANDRILL_WEBHOOK_KEY) throw notConfigured('MANDRILL_WEBHOOK_KEY');
+      const url = config.MANDRILL_WEBHOOK_URL ?? `${config.BASE_URL}/webhooks/mandrill`;
+      verifyMandrill({ key: config.MANDRILL_WEBHOOK_KEY, url, fields, headers: req.headers });
+      const now = clock.now();
+      const events = parseMandrillEvents(fields);
+      // Mandrill's signature covers no time; the newest event's `ts` stands in for it.
+      const ts = mandrillBatchTime(events);
+      if (ts === null) throw new VerificationError('missing_timestamp', 'Mandrill events carry no ts');
+      checkTolerance(ts * 1000, now);
+      return apply(translateMandrill(events, now), reply);
+    });
+
+    scope.post('/webhooks/ses', { bodyLimit: BODY_LIMITS.ses, onRequest: requireSecret('SES_SNS_TOPIC_ARNS', () => config.SES_SNS_TOPIC_ARNS!.length > 0) }, async (req, reply) => {
+      const body = raw(req);
+      const now = clock.now();
+      const msg = parseSnsMessage(body);
+      const headerType = req.headers['x-amz-sns-message-type'];
+      if (typeof headerType === 'string' && headerType !== msg.Type) throw badInput('x-amz-sns-message-type does not match the message Type', 'invalid_payload');
+      await verifySnsMessage(msg, { certs, nowMs: now, checkCertExpiry });
+      // Amazon signed it; now it must be one of our topics (anyone can create an SNS topic).
+      const region = topicArnRegion(msg.TopicArn);
+      if (!config.SES_SNS_TOPIC_ARNS!.includes(msg.TopicArn) || region === null || region !== snsCertUrlRegion(msg.SigningCertURL)) {
+        log.warn({ topicArn: msg.TopicArn }, 'SNS message from a topic not listed in SES_SNS_TOPIC_ARNS refused');
+        throw forbidden('This SNS topic is not accepted here (SES_SNS_TOPIC_ARNS)', 'untrusted_topic');
+      }
+      switch (msg.Type) {
+        case 'SubscriptionConfirmation': {
+          const url = msg.SubscribeURL!;
+          if (snsHostRegion(url) !== region) throw forbidden('SubscribeURL is not an Amazon SNS URL of the topic\'s region', 'untrusted_subscribe_url');
+          try {
+            await confirmFetch(url);
+          } catch (err) {
+            log.error({ err, topicArn: msg.TopicArn }, 'SNS subscription confirmation failed');
+            throw unavailable('Could not confirm the SNS subscription; SNS will retry', 'subscription_confirmation_failed');
+          }
+          log.info({ topicArn: msg.TopicArn }, 'SNS subscription confirmed');
+          return reply.code(200).send({ success: true, confirmed: true });
+        }
+        case 'UnsubscribeConfirmation':
+          log.warn({ topicArn: msg.TopicArn }, 'SNS reports this endpoint unsubscribed from the topic; SES feedback will stop');
+          return reply.code(200).send(IGNORED);
+        default:
+          return apply(translateSes(msg.Message, msg.MessageId, now), reply);
+      }
+    });
+  });
+}

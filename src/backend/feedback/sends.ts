@@ -1,0 +1,76 @@
+/**
+ * The narrow link between feedback and the REST API's tables (issue 3): which send an
+ * event concerns, moving its status, and a contact's id by address. Everything the
+ * pipeline knows about those tables' columns is in this file.
+ */
+import type { DbClient } from '../../shared/db/pool.js';
+import type { LifecycleEvent, LifecycleStatus } from './lifecycle.js';
+import { STATUS_RANK } from './policy.js';
+
+export interface SendRef {
+  id: string;
+  messageId: string | null;
+  to: string;
+  from: string;
+  subject: string;
+  contactId: string | null;
+  type: 'campaign' | 'transactional';
+  campaignId: string | null;
+  status: string;
+}
+
+const SEND_COLUMNS = `id, message_id, to_email, from_email, subject, contact_id, type, campaign_id, status`;
+
+function toRef(r: any): SendRef {
+  return {
+    id: r.id,
+    messageId: r.message_id,
+    to: r.to_email,
+    from: r.from_email,
+    subject: r.subject,
+    contactId: r.contact_id,
+    type: r.type,
+    campaignId: r.campaign_id,
+    status: r.status,
+  };
+}
+
+/**
+ * The send by our id when the provider echoed it, otherwise by the provider's message id
+ * (and the recipient, when one provider message went to several), otherwise by our id equal
+ * to the provider message id (a caller may hand the MTA its send id as the job's messageId).
+ * Locked for the update.
+ */
+export async function findSend(c: DbClient, ev: LifecycleEvent): Promise<SendRef | null> {
+  const byId = async (id: string) => (await c.query(`SELECT ${SEND_COLUMNS} FROM email_sends WHERE id = $1 FOR UPDATE`, [id])).rows[0];
+  if (ev.sendId) {
+    const row = await byId(ev.sendId);
+    if (row) return toRef(row);
+  }
+  if (ev.providerMessageId) {
+    const r = await c.query(
+      `SELECT ${SEND_COLUMNS} FROM email_sends
+        WHERE provider_message_id = $1 AND ($2::text IS NULL OR lower(to_email) = $2)
+        ORDER BY id LIMIT 1 FOR UPDATE`,
+      [ev.providerMessageId, ev.recipient],
+    );
+    if (r.rows[0]) return toRef(r.rows[0]);
+    const row = await byId(ev.providerMessageId);
+    if (row && (ev.recipient === null || row.to_email.toLowerCase() === ev.recipient)) return toRef(row);
+  }
+  return null;
+}
+
+/** Moves the status forward only (STATUS_RANK): late or reordered feedback never regresses it. */
+export async function moveSendStatus(c: DbClient, send: SendRef, status: LifecycleStatus, nowMs: number): Promise<boolean> {
+  const current = STATUS_RANK[send.status as LifecycleStatus] ?? 0;
+  if (STATUS_RANK[status] < current) return false;
+  await c.query(`UPDATE email_sends SET status = $2, updated_at = $3 WHERE id = $1`, [send.id, status, new Date(nowMs).toISOString()]);
+  send.status = status;
+  return true;
+}
+
+export async function findContactId(c: DbClient, email: string): Promise<string | null> {
+  const r = await c.query<{ id: string }>(`SELECT id FROM contacts WHERE lower(email) = $1 LIMIT 1`, [email]);
+  return r.rows[0]?.id ?? null;
+}

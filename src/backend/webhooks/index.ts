@@ -1,0 +1,15 @@
+/** Outbound customer webhooks, as one backend plugin. */
+import type { HttpApp } from '../../shared/http.js';
+import type { Services } from '../../shared/services.js';
+import type { EventBus } from '../events.js';
+import { webhookAdminRoutes } from './routes.js';
+import { WebhookService, type WebhookServiceOptions } from './service.js';
+
+export { WebhookService } from './service.js';
+
+export function registerWebhooks(app: HttpApp, s: Services, events: EventBus, opts: WebhookServiceOptions = {}): WebhookService {
+  const service = new WebhookService(s, opts);
+  events.subscribe(service.accept);
+  webhookAdminRoutes(app, service, () => s.config.ADMIN_TOKEN);
+  return service;
+}

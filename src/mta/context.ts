@@ -1,0 +1,57 @@
+import type { Queue } from '../shared/queue/queue.js';
+import type { Services } from '../shared/services.js';
+import type { MtaAuth } from './auth.js';
+import type { MtaJobPayload } from './job.js';
+import type { MtaMetrics } from './metrics.js';
+import type { Notifier } from './notifier.js';
+import type { MtaPolicy } from './policy.js';
+import type { SendingPools } from './pools.js';
+import type { OrgBreaker } from './state/breaker.js';
+import type { DomainBackoff } from './state/domain-backoff.js';
+import type { IpStatus } from './state/ip-status.js';
+import type { OrgUsage } from './state/org-usage.js';
+import type { SmtpIntel } from './state/smtp-intel.js';
+import type { Throttle } from './state/throttle.js';
+import type { Warming } from './state/warming.js';
+import type { CredentialStore } from './stores/credentials.js';
+import type { DeliveryLogStore } from './stores/delivery-logs.js';
+import type { PgDkimKeyStore } from './stores/dkim.js';
+import type { DlqStore } from './stores/dlq.js';
+import type { IspProfileStore } from './stores/isp-profiles.js';
+import type { OrgLimitStore } from './stores/org-limits.js';
+import type { PoolRuleStore } from './stores/pool-rules.js';
+import type { SuppressionStore } from './stores/suppression.js';
+
+/** What the MTA's routes and workers are built from (assembled once in app.ts). */
+export interface MtaContext {
+  services: Services;
+  policy: MtaPolicy;
+  pools: SendingPools;
+  auth: MtaAuth;
+  queue: Queue<MtaJobPayload>;
+  notifier: Notifier;
+  metrics: MtaMetrics;
+  stores: {
+    suppression: SuppressionStore;
+    profiles: IspProfileStore;
+    orgLimits: OrgLimitStore;
+    poolRules: PoolRuleStore;
+    credentials: CredentialStore;
+    dkim: PgDkimKeyStore;
+    logs: DeliveryLogStore;
+    dlq: DlqStore;
+  };
+  state: {
+    breaker: OrgBreaker;
+    orgUsage: OrgUsage;
+    intel: SmtpIntel;
+    backoff: DomainBackoff;
+    ipStatus: IpStatus;
+    throttle: Throttle;
+    warming: Warming;
+  };
+  /** Queue depth for back-pressure, cached briefly so /send does not count on every request. */
+  queueDepth(): Promise<number>;
+  /** Counts an enqueue of this instance into the cached depth at once. */
+  noteEnqueued(): void;
+}

@@ -1,0 +1,130 @@
+import type { Clock } from '../shared/clock.js';
+import type { Logger } from '../shared/log.js';
+import type { JobHandler } from '../shared/queue/worker.js';
+import type { Deliverer, DeliveryResult, OutboundMessage } from './delivery/types.js';
+import { applyEffects, bouncedEvent, emit, type EffectDeps } from './effects.js';
+import type { MtaJobPayload } from './job.js';
+import { PHASES, newContext, releaseAll, runPipeline, type PipelineContext, type PipelineDeps } from './pipeline/index.js';
+
+export interface DispatchDeps {
+  pipeline: PipelineDeps;
+  effects: EffectDeps;
+  deliverer: Deliverer;
+  clock: Clock;
+  log: Logger;
+}
+
+export function toOutbound(job: MtaJobPayload): OutboundMessage {
+  return {
+    messageId: job.messageId,
+    organizationId: job.organizationId,
+    from: job.from,
+    to: job.to,
+    subject: job.subject,
+    html: job.html,
+    text: job.text,
+    replyTo: job.replyTo,
+    headers: job.headers,
+    dkimDomain: job.dkimDomain,
+    campaignId: job.campaignId ?? null,
+  };
+}
+
+const summarize = (r: Extract<DeliveryResult, { status: 'deferred' }>) =>
+  `${r.code ?? (r.connectionFailure ? 'connection' : 'temporary')}${r.enhancedCode ? ` ${r.enhancedCode}` : ''}: ${r.response}`.slice(0, 500);
+
+/**
+ * The MTA queue's job handler: claim → the ten phases → delivery → effects → queue outcome.
+ *
+ * - pipeline defer: back in the queue after the (jittered) delay, attempt given back
+ * - pipeline drop: the job ends (`screened` / `suppressed` in the delivery log)
+ * - sent / bounced: the job ends
+ * - deferred delivery: retry by the queue's backoff; on the last attempt the job fails and a
+ *   soft `bounced` event with reason `expired` goes to the backend
+ */
+export function createDispatcher(d: DispatchDeps): JobHandler<MtaJobPayload> {
+  const metrics = d.effects.metrics;
+  return async (job) => {
+    const ctx = newContext(d.pipeline, job.id, job.payload);
+    const outcome = await runPipeline(ctx, PHASES, metrics?.observePhase);
+
+    if (outcome.type === 'defer') {
+      metrics?.jobs.inc({ outcome: 'deferred' });
+      return { type: 'defer', delayMs: outcome.delayMs, reason: `${outcome.phase}: ${outcome.reason}` };
+    }
+    const at = d.clock.now();
+    if (outcome.type === 'drop') {
+      metrics?.jobs.inc({ outcome: outcome.status });
+      await d.effects.logs.append({
+        messageId: job.payload.messageId,
+        jobId: job.id,
+        organizationId: job.payload.organizationId,
+        recipient: job.payload.recipient,
+        domain: job.payload.domain,
+        pool: null,
+        ip: null,
+        status: outcome.status,
+        reason: outcome.reason,
+        attempt: job.attempts,
+        at,
+      });
+      return { type: 'complete' };
+    }
+
+    let result: DeliveryResult;
+    const stop = metrics?.deliveryDuration.startTimer();
+    try {
+      result = await d.deliverer.deliver(toOutbound(job.payload), { pool: ctx.pool!, bindIp: ctx.ip!.address, ehloName: ctx.ip!.ehloName });
+    } catch (err) {
+      // The engine failed, not the recipient: treat as temporary, without touching the destination's state.
+      await releaseAll(ctx, true);
+      d.log.error({ err, jobId: job.id }, 'delivery engine error');
+      metrics?.jobs.inc({ outcome: 'error' });
+      return { type: 'retry', error: `delivery engine error: ${(err as Error).message}` };
+    } finally {
+      stop?.();
+    }
+
+    if (result.status === 'deferred') await releaseAll(ctx, true);
+    await applyEffects(d.effects, ctx, result, job.attempts, d.clock.now());
+
+    if (result.status !== 'deferred') {
+      metrics?.jobs.inc({ outcome: result.status });
+      return { type: 'complete' };
+    }
+    const error = summarize(result);
+    if (job.attempts < job.maxAttempts) {
+      metrics?.jobs.inc({ outcome: 'retry' });
+      return { type: 'retry', error };
+    }
+    await expire(d, ctx, result, job.attempts);
+    metrics?.jobs.inc({ outcome: 'failed' });
+    return { type: 'fail', error: `attempts exhausted; last: ${error}` };
+  };
+}
+
+/** The last attempt was deferred too: the message expires (soft bounce, Sisimai reason `expired`). */
+async function expire(d: DispatchDeps, ctx: PipelineContext, r: Extract<DeliveryResult, { status: 'deferred' }>, attempt: number): Promise<void> {
+  const job = ctx.job;
+  await d.effects.logs
+    .append({
+      messageId: job.messageId,
+      jobId: ctx.jobId,
+      organizationId: job.organizationId,
+      recipient: job.recipient,
+      domain: job.domain,
+      pool: ctx.pool ?? null,
+      ip: ctx.ip?.address ?? null,
+      status: 'failed',
+      hard: false,
+      code: r.code,
+      enhancedCode: r.enhancedCode,
+      reason: 'expired',
+      response: r.response,
+      mxHost: r.mxHost,
+      attempt,
+      at: d.clock.now(),
+    })
+    .catch((err) => d.log.error({ err, jobId: ctx.jobId }, 'delivery log write failed'));
+  emit(d.effects, 'bounced', bouncedEvent(ctx, { type: 'soft', reason: 'expired', code: r.code, enhancedCode: r.enhancedCode, response: r.response, mxHost: r.mxHost }, attempt));
+}

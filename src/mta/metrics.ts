@@ -1,0 +1,132 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { PhaseObserver } from './pipeline/index.js';
+import type { BreakerStateName } from './state/breaker.js';
+
+const BREAKER_VALUE: Record<BreakerStateName, number> = { closed: 0, half_open: 1, open: 2 };
+
+/**
+ * The MTA's metrics in its own Registry (never prom-client's global one), so several MTA
+ * instances can live in one process (tests). Label sets are bounded: `domain` is the ISP
+ * profile key (a named provider, a custom profile or `default`), never the raw recipient domain.
+ */
+export function createMetrics(collectors: {
+  queueStats(): Promise<Record<string, number>>;
+  dlqSize(): Promise<number>;
+  emergency(): Promise<boolean>;
+}) {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+
+  new Gauge({
+    name: 'mta_queue_jobs',
+    help: 'MTA delivery jobs by queue state',
+    labelNames: ['state'],
+    registers: [registry],
+    async collect() {
+      const stats = await collectors.queueStats().catch(() => null);
+      if (!stats) return;
+      for (const [state, n] of Object.entries(stats)) this.set({ state }, n);
+    },
+  });
+  new Gauge({
+    name: 'mta_dlq_entries',
+    help: 'Webhook events in the dead-letter queue',
+    registers: [registry],
+    async collect() {
+      const n = await collectors.dlqSize().catch(() => null);
+      if (n !== null) this.set(n);
+    },
+  });
+  new Gauge({
+    name: 'mta_emergency_mode',
+    help: '1 when every sending IP is blocked (POST /send answers 503)',
+    registers: [registry],
+    async collect() {
+      const on = await collectors.emergency().catch(() => null);
+      if (on !== null) this.set(on ? 1 : 0);
+    },
+  });
+
+  const phaseOutcomes = new Counter({
+    name: 'mta_pipeline_phase_outcomes_total',
+    help: 'Pipeline phase results by phase and outcome (continue, defer, drop)',
+    labelNames: ['phase', 'outcome'],
+    registers: [registry],
+  });
+  const throttleDeferrals = new Counter({
+    name: 'mta_throttle_deferrals_total',
+    help: 'acquire_slot deferrals (throttle: no slot; throttle_blocked: pair blocked after repeated 4xx)',
+    labelNames: ['reason'],
+    registers: [registry],
+  });
+  const sends = new Counter({
+    name: 'mta_sends_total',
+    help: 'Delivery attempt results by status, destination profile and pool',
+    labelNames: ['status', 'domain', 'pool'],
+    registers: [registry],
+  });
+  const jobs = new Counter({
+    name: 'mta_jobs_total',
+    help: 'Delivery job attempts by how they ended (sent, bounced, deferred, retry, failed, screened, suppressed, error)',
+    labelNames: ['outcome'],
+    registers: [registry],
+  });
+  const deliveryDuration = new Histogram({
+    name: 'mta_delivery_duration_seconds',
+    help: 'Time spent in the delivery engine per attempt',
+    buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers: [registry],
+  });
+  const breakerState = new Gauge({
+    name: 'mta_circuit_breaker_state',
+    help: 'Organization circuit breaker as last seen by this instance: 0 closed, 1 half-open, 2 open',
+    labelNames: ['organization'],
+    registers: [registry],
+  });
+  const breakerTrips = new Counter({
+    name: 'mta_circuit_breaker_trips_total',
+    help: 'Closed → Open transitions taken by this instance',
+    registers: [registry],
+  });
+  const webhookEvents = new Counter({
+    name: 'mta_webhook_events_total',
+    help: 'Events to the backend by outcome (delivered, queued_for_retry, dead_lettered, unconfigured, lost)',
+    labelNames: ['event', 'outcome'],
+    registers: [registry],
+  });
+  const suppressionsAdded = new Counter({
+    name: 'mta_suppressions_added_total',
+    help: 'Addresses suppressed automatically after a delivery result',
+    labelNames: ['reason'],
+    registers: [registry],
+  });
+
+  // Pre-bound children: the observer runs once per phase per job.
+  const children = new Map<string, ReturnType<typeof phaseOutcomes.labels>>();
+  const observePhase: PhaseObserver = (phase, result) => {
+    const k = `${phase.name}|${result.type}`;
+    let c = children.get(k);
+    if (!c) {
+      c = phaseOutcomes.labels(phase.name, result.type);
+      children.set(k, c);
+    }
+    c.inc();
+    if (phase.name === 'acquire_slot' && result.type === 'defer') throttleDeferrals.inc({ reason: result.reason });
+  };
+
+  return {
+    registry,
+    observePhase,
+    sends,
+    jobs,
+    deliveryDuration,
+    breakerTrips,
+    webhookEvents,
+    suppressionsAdded,
+    setBreaker(orgId: string, state: BreakerStateName) {
+      breakerState.set({ organization: orgId }, BREAKER_VALUE[state]);
+    },
+  };
+}
+
+export type MtaMetrics = ReturnType<typeof createMetrics>;

@@ -1,0 +1,115 @@
+import { Type } from '@sinclair/typebox';
+import { AppError, badInput, forbidden } from '../../shared/errors.js';
+import type { HttpApp } from '../../shared/http.js';
+import { isAddress, parseMailbox } from '../address.js';
+import type { MtaContext } from '../context.js';
+import { groupKeyOf, type EmailJob, type MtaJobPayload } from '../job.js';
+import { engagementBand } from '../policy.js';
+import { isDkimDomain } from '../stores/dkim.js';
+import { ErrorResponse } from './schemas.js';
+
+const HEADER_NAME = /^[!-9;-~]{1,76}$/;
+
+export const EmailJobSchema = Type.Object(
+  {
+    messageId: Type.String({ minLength: 1, maxLength: 255, description: 'Unique ID for correlation (also the idempotency key per organization)' }),
+    to: Type.String({ minLength: 3, maxLength: 254, description: 'Recipient address' }),
+    from: Type.String({ minLength: 1, maxLength: 512, description: 'Sender: `a@b` or `Name <a@b>`' }),
+    subject: Type.String({ maxLength: 998 }),
+    html: Type.String({ description: 'HTML body' }),
+    text: Type.Optional(Type.String({ description: 'Plain-text body' })),
+    replyTo: Type.Optional(Type.String({ maxLength: 512 })),
+    headers: Type.Optional(Type.Record(Type.String(), Type.String({ maxLength: 998 }), { maxProperties: 50, description: 'Extra headers' })),
+    ipPool: Type.Union([Type.Literal('transactional'), Type.Literal('campaign')]),
+    organizationId: Type.String({ minLength: 1, maxLength: 128, description: 'Scope of the circuit breaker and limits' }),
+    engagementScore: Type.Optional(
+      Type.Unknown({
+        description:
+          'Number from 0 to 100 (0 = cold). Omitted, null, non-finite or out-of-range values are treated as unknown (default band), never clamped.',
+      }),
+    ),
+    dkimDomain: Type.String({ minLength: 1, maxLength: 253, description: 'Domain used for DKIM signing; must equal the From domain' }),
+    campaignId: Type.Optional(Type.Union([Type.String({ maxLength: 128 }), Type.Null()], { description: 'Provenance for bounce and complaint attribution' })),
+  },
+  { additionalProperties: false },
+);
+
+const Accepted = Type.Object({
+  data: Type.Object({ jobId: Type.String(), messageId: Type.String(), status: Type.Literal('queued') }),
+});
+
+/** POST /send: validate, authorize, apply back-pressure, store the job durably, answer 202. */
+export function sendRoutes(app: HttpApp, m: MtaContext): void {
+  app.post(
+    '/send',
+    {
+      onRequest: m.auth.anyKey,
+      bodyLimit: Math.max(1024 * 1024, m.services.config.CONTENT_MAX_SIZE_KB * 1024 * 3 + 256 * 1024),
+      schema: {
+        tags: ['send'],
+        summary: 'Queue one email',
+        security: [{ bearer: [] }],
+        body: EmailJobSchema,
+        response: { 202: Accepted, 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 429: ErrorResponse, 503: ErrorResponse },
+      },
+    },
+    async (req, reply) => {
+      const body = req.body as EmailJob;
+      const principal = req.mtaPrincipal!;
+      if (principal.kind === 'org' && principal.organizationId !== body.organizationId) {
+        throw forbidden('This API key may only send for its own organization', 'organization_mismatch');
+      }
+      const payload = validate(m, body);
+
+      if (await m.state.ipStatus.allBlocked()) {
+        throw new AppError('unavailable', 'Every sending IP is blocked (emergency mode); retry later', { reason: 'all_ips_blocked', headers: { 'retry-after': '300' } });
+      }
+      if ((await m.queueDepth()) >= m.services.config.QUEUE_MAX_DEPTH) {
+        throw new AppError('rate_limited', 'The delivery queue is full; retry later', { reason: 'queue_full', headers: { 'retry-after': '30' } });
+      }
+
+      const band = engagementBand(m.policy, body.engagementScore);
+      const job = await m.queue.enqueue({
+        groupKey: groupKeyOf(payload.ipPool, payload.domain),
+        payload,
+        priority: band?.priority ?? m.policy.defaultPriority,
+        orgId: payload.organizationId,
+        dedupeKey: `${payload.organizationId}:${payload.messageId}`,
+      });
+      m.noteEnqueued();
+      reply.code(202);
+      return { data: { jobId: job.id, messageId: job.payload.messageId, status: 'queued' as const } };
+    },
+  );
+}
+
+/** Field rules the schema cannot say; returns the queue payload. */
+function validate(m: MtaContext, body: EmailJob): MtaJobPayload {
+  const to = body.to.trim();
+  if (!isAddress(to)) throw badInput('to must be one email address (local@domain)', 'invalid_address');
+  if (!parseMailbox(body.from)) throw badInput('from must be one address, optionally with a display name', 'invalid_address');
+  if (body.replyTo !== undefined && !parseMailbox(body.replyTo)) throw badInput('replyTo must be one address', 'invalid_address');
+  const dkimDomain = body.dkimDomain.trim().toLowerCase();
+  if (!isDkimDomain(dkimDomain)) throw badInput('dkimDomain must be a domain name', 'invalid_domain');
+  if (/[\r\n]/.test(body.subject)) throw badInput('subject must not contain line breaks', 'invalid_header');
+  for (const [name, value] of Object.entries(body.headers ?? {})) {
+    if (!HEADER_NAME.test(name)) throw badInput(`headers: "${name.slice(0, 80)}" is not a valid header name`, 'invalid_header');
+    if (/[\r\n\0]/.test(value)) throw badInput(`headers.${name} must not contain line breaks`, 'invalid_header');
+  }
+  const s = body.engagementScore;
+  if (s !== undefined && s !== null && typeof s !== 'number') throw badInput('engagementScore must be a number from 0 to 100', 'validation_error');
+  const band = engagementBand(m.policy, s);
+  const recipient = to.toLowerCase();
+  const payload: MtaJobPayload = {
+    ...body,
+    to,
+    dkimDomain,
+    // JSON cannot carry a non-finite number: an unusable score is stored as unknown.
+    engagementScore: band ? (s as number) : null,
+    recipient,
+    domain: recipient.slice(recipient.lastIndexOf('@') + 1),
+    band: band?.name ?? 'default',
+    acceptedAt: m.services.clock.now(),
+  };
+  return payload;
+}

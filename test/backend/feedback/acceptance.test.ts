@@ -1,0 +1,167 @@
+/**
+ * Acceptance: a hard bounce from each of the five sources, signed as that source signs it
+ * and posted over real HTTP, ends in the suppression list, on the send's status, in the
+ * contact's activity, and as exactly one `email.bounced` customer webhook (the real outbound
+ * webhook service delivering to a recording receiver); replaying the identical request
+ * changes nothing.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Webhook } from 'svix';
+import { createTestDatabase, type TestDatabase } from '../../harness/db.js';
+import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receiver.js';
+import { feedbackState, NOW, NOW_S, SECRETS, startFeedbackApp, type FeedbackApp } from './app.js';
+import { fixture, hexHmac, mandrillBody, mandrillSignature, pinnedCertificates, recordingFetcher, signSns, TEST_TOPIC } from './helpers.js';
+import { createContact, createSend, sendStatus } from './sends-fixture.js';
+
+const MANDRILL_URL = 'https://mail.lettermill.test/webhooks/mandrill';
+let db: TestDatabase;
+let app: FeedbackApp;
+let receiver: HttpReceiver;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  receiver = await startHttpReceiver();
+  app = await startFeedbackApp(db, {
+    env: { ...SECRETS, MANDRILL_WEBHOOK_URL: MANDRILL_URL, SES_SNS_TOPIC_ARNS: TEST_TOPIC, WEBHOOK_ALLOW_HOSTS: '127.0.0.1' },
+    webhook: { snsCertificateFetch: recordingFetcher(pinnedCertificates()).fetch },
+    customerWebhooks: true,
+  });
+  await app.webhooks!.createWebhook({ url: `${receiver.url}/hooks`, events: ['email.bounced', 'email.complained', 'email.delivered'] });
+});
+afterAll(async () => {
+  await app?.close();
+  await receiver?.close();
+  await db?.drop();
+});
+
+interface Req {
+  path: string;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/** Each source's hard bounce for `to`, about the provider message `pmid`. */
+const SOURCES: { name: string; request(to: string, pmid: string): Req }[] = [
+  {
+    name: 'mta',
+    request(to, pmid) {
+      const body = JSON.stringify({ event: 'bounced', timestamp: new Date(NOW - 2000).toISOString(), data: { messageId: pmid, recipient: to, bounceType: 'hard', reason: 'userunknown', diagnosticCode: '550 5.1.1 user unknown' } });
+      return { path: '/webhooks/mta', body, headers: { 'content-type': 'application/json', 'x-mta-timestamp': String(NOW_S), 'x-mta-signature': hexHmac(SECRETS.MTA_WEBHOOK_SECRET, NOW_S, body) } };
+    },
+  },
+  {
+    name: 'ses',
+    request(to, pmid) {
+      const n = JSON.parse(fixture('feedback/ses-bounce-permanent.json').toString());
+      n.bounce.bouncedRecipients[0].emailAddress = to;
+      n.mail.messageId = pmid;
+      n.mail.destination = [to];
+      const msg = signSns({ Type: 'Notification', MessageId: `sns-${pmid}`, TopicArn: TEST_TOPIC, Message: JSON.stringify(n), Timestamp: new Date(NOW - 3000).toISOString() });
+      return { path: '/webhooks/ses', body: JSON.stringify(msg), headers: { 'content-type': 'text/plain; charset=UTF-8', 'x-amz-sns-message-type': 'Notification' } };
+    },
+  },
+  {
+    name: 'resend',
+    request(to, pmid) {
+      const e = JSON.parse(fixture('feedback/resend-bounced.json').toString());
+      e.data.email_id = pmid;
+      e.data.to = [to];
+      const body = JSON.stringify(e);
+      const id = `msg_${pmid}`;
+      return {
+        path: '/webhooks/resend',
+        body,
+        headers: { 'content-type': 'application/json', 'svix-id': id, 'svix-timestamp': String(NOW_S), 'svix-signature': new Webhook(SECRETS.RESEND_WEBHOOK_SECRET).sign(id, new Date(NOW), body) },
+      };
+    },
+  },
+  {
+    name: 'mandrill',
+    request(to, pmid) {
+      const events = JSON.parse(fixture('feedback/mandrill-events.json').toString()).slice(0, 1);
+      events[0]._id = pmid;
+      events[0].msg._id = pmid;
+      events[0].msg.email = to;
+      const { body, fields } = mandrillBody(events);
+      return { path: '/webhooks/mandrill', body, headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-mandrill-signature': mandrillSignature(SECRETS.MANDRILL_WEBHOOK_KEY, MANDRILL_URL, fields) } };
+    },
+  },
+  {
+    name: 'relay',
+    request(to, pmid) {
+      const body = JSON.stringify({ id: `rel-${pmid}`, event: 'bounced', timestamp: new Date(NOW - 1000).toISOString(), messageId: pmid, recipient: to, bounce: { type: 'hard', reason: 'userunknown', diagnostic: '550 5.1.1 user unknown' } });
+      return { path: '/webhooks/relay', body, headers: { 'content-type': 'application/json', 'x-relay-timestamp': String(NOW_S), 'x-relay-signature': hexHmac(SECRETS.RELAY_WEBHOOK_SECRET, NOW_S, body) } };
+    },
+  },
+];
+
+const post = (r: Req) => fetch(app.url + r.path, { method: 'POST', headers: r.headers, body: r.body });
+const bouncedPosts = (emailId: string) =>
+  receiver.requests.map((r) => JSON.parse(r.rawBody.toString())).filter((b) => b.event === 'email.bounced' && b.data.emailId === emailId);
+
+async function waitForPosts(emailId: string, n: number): Promise<void> {
+  const deadline = Date.now() + 15_000;
+  while (bouncedPosts(emailId).length < n) {
+    if (Date.now() > deadline) throw new Error(`no email.bounced webhook for ${emailId}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+async function settled(): Promise<void> {
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const r = await db.pool.query(`SELECT count(*)::int AS n FROM webhook_deliveries WHERE status = 'pending'`);
+    if (r.rows[0].n === 0) return;
+    if (Date.now() > deadline) throw new Error('webhook deliveries never settled');
+    await new Promise((res) => setTimeout(res, 25));
+  }
+}
+
+describe.each(SOURCES)('a hard bounce from $name', (source) => {
+  it('is suppressed, on the send, in the activity, one email.bounced webhook; a replay changes nothing', async () => {
+    const to = `hard-${source.name}@example.test`;
+    const pmid = `pm-${source.name}-0001`;
+    const contactId = await createContact(db, to);
+    const sendId = await createSend(db, { to, providerMessageId: pmid, contactId, provider: source.name === 'relay' ? 'smtp' : source.name });
+    const req = source.request(to, pmid);
+
+    const res = await post(req);
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ success: true, applied: 1, duplicates: 0 });
+
+    expect((await db.pool.query('SELECT email, reason, source FROM suppressions WHERE email = $1', [to])).rows).toEqual([{ email: to, reason: 'hard_bounce', source: source.name }]);
+    expect(await sendStatus(db, sendId)).toBe('bounced');
+    const activity = await db.pool.query('SELECT type, contact_id, send_id, source, detail FROM contact_activity WHERE email = $1', [to]);
+    expect(activity.rows).toMatchObject([{ type: 'email.bounced', contact_id: contactId, send_id: sendId, source: source.name, detail: { bounce: { type: 'hard' }, blocklisted: true } }]);
+
+    await waitForPosts(sendId, 1);
+    const [hook] = bouncedPosts(sendId);
+    expect(hook).toMatchObject({ event: 'email.bounced', data: { emailId: sendId, to, contactId, bounce: { type: 'hard', reason: 'userunknown' } } });
+
+    // Replay: the identical request, still inside the tolerance window.
+    const before = { ...(await feedbackState(db)), status: await sendStatus(db, sendId) };
+    const events = (await db.pool.query(`SELECT count(*)::int AS n FROM webhook_events WHERE type = 'email.bounced'`)).rows[0].n;
+    const again = await post(req);
+    expect(again.status).toBe(200);
+    expect(await again.json()).toEqual({ success: true, applied: 0, duplicates: 1 });
+    expect({ ...(await feedbackState(db)), status: await sendStatus(db, sendId) }).toEqual(before);
+    expect((await db.pool.query(`SELECT count(*)::int AS n FROM webhook_events WHERE type = 'email.bounced'`)).rows[0].n).toBe(events);
+    expect(app.emitted.filter((e) => e.name === 'email.bounced' && (e.data as { emailId: string }).emailId === sendId)).toHaveLength(1);
+    // Once every delivery has settled, the receiver still has exactly one for this email.
+    await settled();
+    expect(bouncedPosts(sendId)).toHaveLength(1);
+  });
+});
+
+describe('the same event concurrently', () => {
+  it('two simultaneous deliveries of one event apply it once', async () => {
+    const to = 'race@example.test';
+    const sendId = await createSend(db, { to, providerMessageId: 'pm-race' });
+    const req = SOURCES[4]!.request(to, 'pm-race');
+    const results = await Promise.all([post(req), post(req), post(req)]);
+    const bodies = await Promise.all(results.map((r) => r.json() as Promise<{ applied: number; duplicates: number }>));
+    expect(bodies.map((b) => b.applied).sort()).toEqual([0, 0, 1]);
+    expect((await db.pool.query('SELECT count(*)::int AS n FROM contact_activity WHERE email = $1', [to])).rows[0].n).toBe(1);
+    expect(app.emitted.filter((e) => e.name === 'email.bounced' && (e.data as { emailId: string }).emailId === sendId)).toHaveLength(1);
+  });
+});

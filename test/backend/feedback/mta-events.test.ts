@@ -1,0 +1,196 @@
+/**
+ * Every event of the bundled MTA's table, posted signed through real HTTP, and its effect:
+ * lifecycle events on the send, blocklist, activity and customer events; inbound mail in the
+ * team inbox; the circuit breaker pausing campaign sending until an operator resumes; IP
+ * reputation events recorded, listed by the admin API and logged.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { isCampaignSendingPaused } from '../../../src/backend/feedback/index.js';
+import { createTestDatabase, type TestDatabase } from '../../harness/db.js';
+import { ADMIN_TOKEN, feedbackState, SECRETS, startFeedbackApp, type FeedbackApp } from './app.js';
+import { hexHmac } from './helpers.js';
+import { createSend, createContact, sendStatus } from './sends-fixture.js';
+
+let db: TestDatabase;
+let app: FeedbackApp;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  app = await startFeedbackApp(db, { env: { MTA_WEBHOOK_SECRET: SECRETS.MTA_WEBHOOK_SECRET } });
+});
+afterAll(async () => {
+  await app?.close();
+  await db?.drop();
+});
+
+async function mta(event: string, data: Record<string, unknown>, id?: string) {
+  const body = JSON.stringify({ ...(id ? { id } : {}), event, timestamp: new Date(app.clock.now()).toISOString(), data });
+  const ts = Math.floor(app.clock.now() / 1000);
+  const res = await fetch(`${app.url}/webhooks/mta`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-mta-timestamp': String(ts), 'x-mta-signature': hexHmac(SECRETS.MTA_WEBHOOK_SECRET, ts, body) },
+    body,
+  });
+  return { status: res.status, body: (await res.json() as any) };
+}
+const admin = async (method: string, path: string, body?: unknown) => {
+  const res = await fetch(app.url + path, {
+    method,
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  return { status: res.status, body: (await res.json() as any) };
+};
+const logged = (msg: RegExp) => app.logs.filter((l) => msg.test(l.msg));
+
+describe('MTA lifecycle events', () => {
+  it('sent marks the send as dispatched and emits email.sent', async () => {
+    const contactId = await createContact(db, 'sent@example.test');
+    const send = await createSend(db, { to: 'sent@example.test', providerMessageId: 'mta-m-sent', contactId });
+    app.emitted.length = 0;
+    expect((await mta('sent', { messageId: 'mta-m-sent', recipient: 'sent@example.test', mxHost: 'mx.example.test' })).status).toBe(200);
+    expect(await sendStatus(db, send)).toBe('sent');
+    expect(app.emitted.map((e) => [e.name, (e.data as any).emailId])).toEqual([['email.sent', send]]);
+    expect((await db.pool.query(`SELECT type, contact_id FROM contact_activity WHERE email = 'sent@example.test'`)).rows).toEqual([{ type: 'email.sent', contact_id: contactId }]);
+  });
+
+  it('bounced (hard) blocklists with the reason, updates the send and activity; soft does not blocklist', async () => {
+    const hard = await createSend(db, { to: 'gone@example.test', providerMessageId: 'mta-m-hard' });
+    const soft = await createSend(db, { to: 'busy@example.test', providerMessageId: 'mta-m-soft' });
+    app.emitted.length = 0;
+    await mta('bounced', { messageId: 'mta-m-hard', recipient: 'gone@example.test', bounceType: 'hard', reason: 'userunknown', diagnosticCode: '550 5.1.1 <gone@example.test>: user unknown' });
+    await mta('bounced', { messageId: 'mta-m-soft', recipient: 'busy@example.test', bounceType: 'soft', reason: 'spamdetected', diagnosticCode: '554 5.7.1 message rejected as spam' });
+    expect(await sendStatus(db, hard)).toBe('bounced');
+    expect(await sendStatus(db, soft)).toBe('bounced');
+    expect((await db.pool.query(`SELECT email, reason, source FROM suppressions WHERE email IN ('gone@example.test', 'busy@example.test')`)).rows).toEqual([
+      { email: 'gone@example.test', reason: 'hard_bounce', source: 'mta' },
+    ]);
+    expect(app.emitted.map((e) => [e.name, (e.data as any).bounce])).toEqual([
+      ['email.bounced', { type: 'hard', reason: 'userunknown', status: '5.1.1', diagnostic: '550 5.1.1 <gone@example.test>: user unknown' }],
+      ['email.bounced', { type: 'soft', reason: 'spamdetected', status: '5.7.1', diagnostic: '554 5.7.1 message rejected as spam' }],
+    ]);
+    const act = await db.pool.query(`SELECT type, detail FROM contact_activity WHERE email = 'gone@example.test'`);
+    expect(act.rows).toMatchObject([{ type: 'email.bounced', detail: { bounce: { type: 'hard', reason: 'userunknown' }, blocklisted: true } }]);
+  });
+
+  it('complained blocklists as complaint, marks the send and emits email.complained', async () => {
+    const send = await createSend(db, { to: 'angry@example.test', providerMessageId: 'mta-m-fbl', status: 'delivered' });
+    app.emitted.length = 0;
+    await mta('complained', { messageId: 'mta-m-fbl', recipient: 'angry@example.test', feedbackType: 'abuse' });
+    expect(await sendStatus(db, send)).toBe('complained');
+    expect((await db.pool.query(`SELECT reason FROM suppressions WHERE email = 'angry@example.test'`)).rows).toEqual([{ reason: 'complaint' }]);
+    expect(app.emitted.map((e) => [e.name, (e.data as any).feedbackType])).toEqual([['email.complained', 'abuse']]);
+  });
+
+  it('a late sent never moves a delivered send backwards', async () => {
+    const send = await createSend(db, { to: 'late@example.test', providerMessageId: 'mta-m-late', status: 'delivered' });
+    await mta('sent', { messageId: 'mta-m-late', recipient: 'late@example.test' });
+    expect(await sendStatus(db, send)).toBe('delivered');
+  });
+});
+
+describe('MTA operational events', () => {
+  it('inbound.received is stored in the team inbox and listed by GET /admin/inbox', async () => {
+    const r = await mta('inbound.received', {
+      messageId: '<reply-1@example.test>',
+      from: 'Reader <reader@example.test>',
+      to: ['news@lettermill.test'],
+      subject: 'Re: January newsletter',
+      text: 'Thanks,\n  great issue!',
+      html: '<p>Thanks, great issue!</p>',
+      inReplyTo: '<campaign-1@lettermill.test>',
+      references: '<campaign-1@lettermill.test>',
+      auth: { spf: 'pass', dkim: 'pass', dmarc: 'pass' },
+    });
+    expect(r).toEqual({ status: 200, body: { success: true, applied: 1, duplicates: 0 } });
+    const list = await admin('GET', '/admin/inbox');
+    expect(list.status).toBe(200);
+    expect(list.body.data).toEqual([
+      {
+        id: expect.stringMatching(/^inb_/),
+        messageId: '<reply-1@example.test>',
+        from: 'Reader <reader@example.test>',
+        to: ['news@lettermill.test'],
+        subject: 'Re: January newsletter',
+        inReplyTo: '<campaign-1@lettermill.test>',
+        receivedAt: new Date(app.clock.now()).toISOString(),
+        preview: 'Thanks, great issue!',
+      },
+    ]);
+    const one = await admin('GET', `/admin/inbox/${list.body.data[0].id}`);
+    expect(one.body.data).toMatchObject({ html: '<p>Thanks, great issue!</p>', references: ['<campaign-1@lettermill.test>'], extra: { auth: { dmarc: 'pass' } } });
+    expect(logged(/team inbox/)).toHaveLength(1);
+  });
+
+  it('the inbox pages with a cursor', async () => {
+    for (let i = 0; i < 3; i++) {
+      app.clock.advance(1000);
+      await mta('inbound.received', { from: `p${i}@example.test`, to: 'news@lettermill.test', subject: `page ${i}` });
+    }
+    const first = await admin('GET', '/admin/inbox?limit=2');
+    expect(first.body.data.map((m: any) => m.subject)).toEqual(['page 2', 'page 1']);
+    expect(first.body.pagination).toMatchObject({ limit: 2, isDone: false });
+    const second = await admin('GET', `/admin/inbox?limit=2&cursor=${first.body.pagination.cursor}`);
+    expect(second.body.data.map((m: any) => m.subject)).toEqual(['page 0', 'Re: January newsletter']);
+    expect(second.body.pagination).toEqual({ limit: 2, cursor: null, isDone: true });
+  });
+
+  it('org.circuit_breaker pauses campaign sending until an operator resumes it', async () => {
+    expect(await isCampaignSendingPaused(db.pool)).toBe(false);
+    await mta('org.circuit_breaker', { organizationId: 'org_1', severity: 'critical', reason: 'bounce rate 12% over the last 50 sends', bounceRate: 0.12 }, 'evt_cb_1');
+    expect(await isCampaignSendingPaused(db.pool)).toBe(true);
+    const status = await admin('GET', '/admin/sending-status');
+    expect(status.body.data).toMatchObject({ campaignSendingPaused: true, openPauses: [{ organizationId: 'org_1', reason: 'bounce rate 12% over the last 50 sends', resumedAt: null }] });
+    expect(logged(/circuit breaker tripped/)).toMatchObject([{ level: 50, organizationId: 'org_1' }]);
+
+    // Time passing (the MTA's own cooldown) does not resume campaign sending here.
+    app.clock.advance(2 * 60 * 60 * 1000);
+    expect(await isCampaignSendingPaused(db.pool)).toBe(true);
+
+    const resumed = await admin('POST', '/admin/sending/resume', { note: 'list cleaned' });
+    expect(resumed.status).toBe(200);
+    expect(resumed.body.data).toMatchObject({ campaignSendingPaused: false, resumed: [{ resumeNote: 'list cleaned' }] });
+    expect(await isCampaignSendingPaused(db.pool)).toBe(false);
+    // A replay of the same breaker event does not pause again.
+    await mta('org.circuit_breaker', { organizationId: 'org_1', severity: 'critical', reason: 'bounce rate 12% over the last 50 sends', bounceRate: 0.12 }, 'evt_cb_1');
+    expect(await isCampaignSendingPaused(db.pool)).toBe(false);
+    const again = await admin('POST', '/admin/sending/resume');
+    expect(again.body.data.resumed).toEqual([]);
+  });
+
+  it.each([
+    ['ip.blocklisted', { ip: '192.0.2.10', zones: ['zen.spamhaus.org'] }, 'warning', 40],
+    ['ip.delisted', { ip: '192.0.2.10' }, 'info', 40],
+    ['ip.warming_complete', { ip: '192.0.2.11', pool: 'campaign' }, 'info', 40],
+    ['all_ips_blocked', { ips: ['192.0.2.10', '192.0.2.11'], zones: ['zen.spamhaus.org'] }, 'critical', 50],
+  ] as const)('%s is recorded, listed by GET /admin/mta-events and logged', async (event, data, severity, level) => {
+    const logsBefore = app.logs.length;
+    app.clock.advance(1000);
+    expect((await mta(event, data)).status).toBe(200);
+    const list = await admin('GET', `/admin/mta-events?event=${event}`);
+    expect(list.body.data).toEqual([
+      { id: expect.stringMatching(/^mev_/), event, severity, organizationId: null, ip: (data as any).ip ?? null, data, occurredAt: expect.any(String), receivedAt: expect.any(String) },
+    ]);
+    const newLogs = app.logs.slice(logsBefore).filter((l) => l.event === event);
+    expect(newLogs).toHaveLength(1);
+    expect(newLogs[0]!.level).toBe(level);
+  });
+
+  it('lists every recorded MTA event newest first; admin routes need the token', async () => {
+    const all = await admin('GET', '/admin/mta-events?limit=100');
+    expect(all.body.data.map((e: any) => e.event)).toEqual(['all_ips_blocked', 'ip.warming_complete', 'ip.delisted', 'ip.blocklisted', 'org.circuit_breaker']);
+    for (const path of ['/admin/inbox', '/admin/mta-events', '/admin/sending-status']) {
+      const res = await fetch(app.url + path, { headers: { authorization: 'Bearer wrong' } });
+      expect(res.status).toBe(401);
+      expect(((await res.json() as any)).error.category).toBe('unauthenticated');
+    }
+    expect((await fetch(`${app.url}/admin/sending/resume`, { method: 'POST' })).status).toBe(401);
+    expect((await admin('GET', '/admin/mta-events?event=nope')).status).toBe(400);
+  });
+
+  it('an unknown MTA event is acknowledged and changes nothing', async () => {
+    const before = await feedbackState(db);
+    expect(await mta('queue.drained', {})).toEqual({ status: 200, body: { success: true, ignored: true } });
+    expect(await feedbackState(db)).toEqual(before);
+  });
+});

@@ -1,0 +1,108 @@
+/** Shared setup of the public-endpoint and campaign tests: the backend over real HTTP. */
+import { createServer } from 'node:net';
+import { startTestApp, type TestApp } from '../../harness/app.js';
+import type { Clock } from '../../../src/shared/clock.js';
+import type { EmittedEvent } from '../../../src/backend/events.js';
+
+export const ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
+
+/** A free loopback port, so BASE_URL (links in emails) can point at the real backend. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      const port = typeof addr === 'object' && addr ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export interface Backend {
+  app: TestApp;
+  url: string;
+  events: EmittedEvent[];
+  close(): Promise<void>;
+}
+
+export async function startBackend(opts: { clock?: Clock; env?: Record<string, string>; role?: 'backend' | 'all' } = {}): Promise<Backend> {
+  const port = await freePort();
+  const app = await startTestApp({
+    role: opts.role ?? 'backend',
+    clock: opts.clock,
+    env: {
+      PORT: String(port),
+      BASE_URL: `http://127.0.0.1:${port}`,
+      ADMIN_TOKEN,
+      ORGANIZATION_NAME: 'Acme Newsletters',
+      ...opts.env,
+    },
+  });
+  const events: EmittedEvent[] = [];
+  app.backend!.app.events.subscribe((e) => {
+    events.push(e);
+  });
+  return { app, url: app.backendUrl!, events, close: () => app.close() };
+}
+
+export interface Res<T = any> {
+  status: number;
+  headers: Headers;
+  body: T;
+  text: string;
+}
+
+/** fetch with JSON in and out; `admin` adds the admin Bearer token. */
+export async function call<T = any>(
+  base: string,
+  method: string,
+  path: string,
+  opts: { json?: unknown; body?: string | FormData | URLSearchParams; headers?: Record<string, string>; admin?: boolean } = {},
+): Promise<Res<T>> {
+  const headers: Record<string, string> = { ...opts.headers };
+  let body: string | FormData | URLSearchParams | undefined = opts.body;
+  if (opts.json !== undefined) {
+    headers['content-type'] = 'application/json';
+    body = JSON.stringify(opts.json);
+  }
+  if (opts.admin) headers.authorization = `Bearer ${ADMIN_TOKEN}`;
+  const res = await fetch(base + path, { method, headers, body, redirect: 'manual' });
+  const text = await res.text();
+  let parsed: any = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    /* not JSON */
+  }
+  return { status: res.status, headers: res.headers, body: parsed as T, text };
+}
+
+/** Polls until fn returns a truthy value (recording is batched; tests wait for the write). */
+export async function eventually<T>(fn: () => Promise<T | undefined | null | false>, timeoutMs = 10_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Writes email_sends rows (REST API table) and their tracking rows, as a send would. */
+export async function seedTrackedSends(
+  pool: { query: (text: string, values?: unknown[]) => Promise<unknown> },
+  sends: { id: string; to: string; contactId?: string | null; campaignId?: string | null; type?: 'campaign' | 'transactional'; sentAt: number }[],
+  common: { from?: string; subject?: string } = {},
+): Promise<void> {
+  const { insertEngagementRows } = await import('../../../src/backend/public/tracking-recorder.js');
+  for (const s of sends) {
+    const at = new Date(s.sentAt).toISOString();
+    await pool.query(
+      `INSERT INTO email_sends (id, type, contact_id, campaign_id, to_email, from_email, subject, message_id, provider, status, created_at, updated_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'mta', 'accepted', $9, $9)`,
+      [s.id, s.type ?? 'campaign', s.contactId ?? null, s.campaignId ?? null, s.to, common.from ?? 'news@acme.test', common.subject ?? 'News', `<${s.id}@acme.test>`, at],
+    );
+  }
+  await insertEngagementRows(pool as any, sends.map((s) => ({ emailSendId: s.id, contactId: s.contactId ?? null, campaignId: s.campaignId ?? null, sentAt: s.sentAt })));
+}

@@ -1,0 +1,179 @@
+/** POST /send: validation, authentication and scoping, engagement bands, idempotency, back-pressure. */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { emailJob, MASTER, startMta, type TestMta } from './helpers.js';
+
+let t: TestMta;
+beforeAll(async () => {
+  t = await startMta();
+});
+afterAll(async () => t?.close());
+
+const job = (id: string) => t.mta.context.queue.get(id);
+
+describe('accepting a job', () => {
+  it('stores the job durably before answering 202 { jobId, messageId, status: queued }', async () => {
+    const body = emailJob({ to: 'Someone@Example.ORG' });
+    const r = await t.call('POST', '/send', body);
+    expect(r.status).toBe(202);
+    expect(r.body).toEqual({ data: { jobId: expect.any(String), messageId: body.messageId, status: 'queued' } });
+    const stored = await job(r.body.data.jobId);
+    expect(stored).toMatchObject({ state: 'pending', groupKey: 'transactional:example.org', orgId: 'org-1', maxAttempts: 5 });
+    expect(stored!.payload).toMatchObject({ recipient: 'someone@example.org', domain: 'example.org', html: '<p>Hello</p>', dkimDomain: 'sender.example' });
+  });
+
+  it('groups by <ipPool>:<recipientDomain>', async () => {
+    const r = await t.call('POST', '/send', emailJob({ ipPool: 'campaign', to: 'a@Gmail.com' }));
+    expect((await job(r.body.data.jobId))!.groupKey).toBe('campaign:gmail.com');
+  });
+
+  it('answers a repeated messageId of the same organization with the first job (idempotent)', async () => {
+    const body = emailJob();
+    const a = await t.call('POST', '/send', body);
+    const b = await t.call('POST', '/send', body);
+    expect(b.status).toBe(202);
+    expect(b.body.data.jobId).toBe(a.body.data.jobId);
+    const c = await t.call('POST', '/send', { ...body, organizationId: 'org-2' });
+    expect(c.body.data.jobId).not.toBe(a.body.data.jobId);
+  });
+});
+
+describe('engagement bands', () => {
+  const cases: [unknown, number, string][] = [
+    [100, 0, 'high'],
+    [70, 0, 'high'],
+    [69.9, 1, 'medium'],
+    [40, 1, 'medium'],
+    [39, 2, 'low'],
+    [10, 2, 'low'],
+    [9.99, 3, 'cold'],
+    [0, 3, 'cold'],
+    [undefined, 3, 'default'],
+    [null, 3, 'default'],
+    [100.01, 3, 'default'],
+    [150, 3, 'default'],
+    [-1, 3, 'default'],
+  ];
+  for (const [score, priority, band] of cases) {
+    it(`score ${String(score)} → band ${band} (order key ${priority})`, async () => {
+      const r = await t.call('POST', '/send', emailJob({ engagementScore: score }));
+      expect(r.status).toBe(202);
+      const stored = await job(r.body.data.jobId);
+      expect(stored!.priority).toBe(priority);
+      expect(stored!.payload.band).toBe(band);
+      if (band === 'default') expect(stored!.payload.engagementScore).toBeNull(); // discarded, not clamped
+    });
+  }
+
+  it('a non-finite score (1e400 parses as Infinity) is unknown, not an error', async () => {
+    const raw = JSON.stringify(emailJob()).replace(/}$/, ',"engagementScore":1e400}');
+    const res = await fetch(`${t.url}/send`, { method: 'POST', headers: { authorization: `Bearer ${MASTER}`, 'content-type': 'application/json' }, body: raw });
+    expect(res.status).toBe(202);
+    const stored = await job(((await res.json()) as any).data.jobId);
+    expect(stored!.priority).toBe(3);
+    expect(stored!.payload.band).toBe('default');
+  });
+
+  it('a score that is not a number is invalid input', async () => {
+    const r = await t.call('POST', '/send', emailJob({ engagementScore: '50' }));
+    expect(r.status).toBe(400);
+    expect(r.body.error.category).toBe('invalid_input');
+  });
+});
+
+describe('validation', () => {
+  const bad: [string, Record<string, unknown>, RegExp][] = [
+    ['a missing required field', { messageId: undefined }, /messageId/],
+    ['html missing', { html: undefined }, /html/],
+    ['an unknown ipPool', { ipPool: 'bulk' }, /ipPool/],
+    ['an unknown field', { cc: 'x@y.example' }, /Unknown field/],
+    ['a recipient that is not an address', { to: 'not-an-address' }, /to must be/],
+    ['two recipients', { to: 'a@x.example, b@x.example' }, /to must be/],
+    ['a From with two addresses', { from: 'a@x.example, b@x.example' }, /from must be/],
+    ['a bad dkimDomain', { dkimDomain: 'not a domain' }, /dkimDomain/],
+    ['a header with CRLF injection', { headers: { 'X-Ok': 'a\r\nBcc: evil@x.example' } }, /line breaks/],
+    ['a bad header name', { headers: { 'Bad Name': 'v' } }, /header name/],
+    ['a subject with a line break', { subject: 'a\nb' }, /subject/],
+  ];
+  for (const [what, over, message] of bad) {
+    it(`rejects ${what} with 400 invalid_input and stores nothing`, async () => {
+      const before = await t.mta.context.queue.depth();
+      const body = emailJob(over);
+      for (const [k, v] of Object.entries(over)) if (v === undefined) delete body[k];
+      const r = await t.call('POST', '/send', body);
+      expect(r.status).toBe(400);
+      expect(r.body.error).toMatchObject({ category: 'invalid_input', message: expect.stringMatching(message) });
+      expect(await t.mta.context.queue.depth()).toBe(before);
+    });
+  }
+
+  it('rejects a body that is not JSON', async () => {
+    const res = await fetch(`${t.url}/send`, { method: 'POST', headers: { authorization: `Bearer ${MASTER}`, 'content-type': 'application/json' }, body: '{"to":' });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as any).error.data.reason).toBe('invalid_json');
+  });
+});
+
+describe('authentication', () => {
+  it('401 without a Bearer credential or with an unknown key', async () => {
+    const none = await t.call('POST', '/send', emailJob(), null);
+    expect(none.status).toBe(401);
+    expect(none.body.error).toMatchObject({ category: 'unauthenticated', data: { reason: 'missing_credentials' } });
+    const wrong = await t.call('POST', '/send', emailJob(), 'lm_mta_wrong');
+    expect(wrong.status).toBe(401);
+    expect(wrong.body.error.data.reason).toBe('invalid_api_key');
+    const fakeOrg = await t.call('POST', '/send', emailJob(), 'lm_org_doesnotexist');
+    expect(fakeOrg.status).toBe(401);
+  });
+
+  it('a per-organization key sends for its own organization only, and stops at revocation', async () => {
+    const created = await t.call('POST', '/credentials', { organizationId: 'org-key' });
+    const key = created.body.data.apiKey as string;
+    expect(key).toMatch(/^lm_org_[A-Za-z0-9_-]{43}$/);
+    expect((await t.call('POST', '/send', emailJob({ organizationId: 'org-key' }), key)).status).toBe(202);
+    const other = await t.call('POST', '/send', emailJob({ organizationId: 'org-other' }), key);
+    expect(other.status).toBe(403);
+    expect(other.body.error).toMatchObject({ category: 'forbidden', data: { reason: 'organization_mismatch' } });
+    expect((await t.call('DELETE', `/credentials/${key}`)).status).toBe(200);
+    expect((await t.call('POST', '/send', emailJob({ organizationId: 'org-key' }), key)).status).toBe(401);
+  });
+});
+
+describe('back-pressure and emergency mode', () => {
+  it('answers 429 once the queue holds QUEUE_MAX_DEPTH jobs, and accepts again when it drains', async () => {
+    const small = await startMta({ env: { QUEUE_MAX_DEPTH: '3' } });
+    try {
+      const ids = [];
+      for (let i = 0; i < 3; i++) {
+        const r = await small.call('POST', '/send', emailJob());
+        expect(r.status).toBe(202);
+        ids.push(r.body.data.jobId);
+      }
+      const r = await small.call('POST', '/send', emailJob());
+      expect(r.status).toBe(429);
+      expect(r.body.error).toMatchObject({ category: 'rate_limited', data: { reason: 'queue_full' } });
+      expect(r.headers.get('retry-after')).toBe('30');
+      for (const id of ids) await small.mta.context.queue.cancel(id);
+      await new Promise((res) => setTimeout(res, 1_100)); // the cached depth refreshes once a second
+      expect((await small.call('POST', '/send', emailJob())).status).toBe(202);
+    } finally {
+      await small.close();
+    }
+  });
+
+  it('answers 503 while every sending IP is blocked', async () => {
+    const ips = t.mta.context.state.ipStatus;
+    await ips.markBlocked('127.0.0.2', 'listed', 'zen.example');
+    await ips.markBlocked('127.0.0.3', 'listed', 'zen.example');
+    expect((await t.call('POST', '/send', emailJob())).status).toBe(202); // one address is still usable
+    await ips.markBlocked('127.0.0.4', 'listed', 'zen.example');
+    const r = await t.call('POST', '/send', emailJob());
+    expect(r.status).toBe(503);
+    expect(r.body.error).toMatchObject({ category: 'unavailable', data: { reason: 'all_ips_blocked' } });
+    const metrics = await t.call('GET', '/metrics', undefined, null);
+    expect(metrics.body).toMatch(/^mta_emergency_mode 1$/m);
+    await ips.unblock('127.0.0.4');
+    expect((await t.call('POST', '/send', emailJob())).status).toBe(202);
+    await ips.unblock('127.0.0.2');
+    await ips.unblock('127.0.0.3');
+  });
+});
