@@ -84,6 +84,8 @@ interface RunResult {
   rate: number;
   notSent: number;
   firstFailure?: string;
+  /** CPU time of this process (event loop and thread pool) per message. */
+  cpuMsPerMessage?: number;
 }
 
 async function runEngine(opts: {
@@ -128,6 +130,7 @@ async function runEngine(opts: {
   let next = 0;
   let notSent = 0;
   let firstFailure: string | undefined;
+  const cpu0 = process.cpuUsage();
   const start = performance.now();
   await Promise.all(
     Array.from({ length: CONCURRENCY }, async () => {
@@ -144,8 +147,9 @@ async function runEngine(opts: {
   );
   await opts.sink.waitForCount(base + opts.n - notSent, 60_000);
   const elapsedMs = performance.now() - start;
+  const cpu = process.cpuUsage(cpu0);
   await engine.close();
-  return { messages: opts.n, elapsedMs, rate: ((opts.n - notSent) * 1000) / elapsedMs, notSent, firstFailure };
+  return { messages: opts.n, elapsedMs, rate: ((opts.n - notSent) * 1000) / elapsedMs, notSent, firstFailure, cpuMsPerMessage: (cpu.user + cpu.system) / 1000 / opts.n };
 }
 
 async function main(): Promise<void> {
@@ -214,6 +218,7 @@ async function main(): Promise<void> {
         console.log(
           `delivery engine, ${label}: ${fmt(r.rate)} msg/s accepted at sink, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)}` +
             `${r.notSent ? ` (${r.notSent} not sent: ${r.firstFailure})` : ''}` +
+            `, ${fmt(r.cpuMsPerMessage ?? 0, 2)} ms CPU/msg in this process` +
             ` | ×${fmt(r.rate / source[label], 2)} of smtp-source→smtp-sink, ${fmt(r.rate / rsa, 2)} of the RSA ceiling` +
             ` | goal ${fmt(goals[label])} msg/s: ${r.rate >= goals[label] ? 'met' : 'NOT met'}`,
         );

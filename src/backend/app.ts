@@ -6,6 +6,7 @@ import { registerWebhooks } from './webhooks/index.js';
 import { registerFeedback } from './feedback/index.js';
 import { registerPublic } from './public/index.js';
 import { registerCampaigns } from './campaigns/index.js';
+import { registerApi, registerOpenApi } from './api/index.js';
 
 export interface BackendRole {
   app: HttpApp;
@@ -16,6 +17,7 @@ export interface BackendRole {
 /** The backend: /api/v1, admin API, public endpoints, webhooks. Each area is one plugin. */
 export async function createBackend(s: Services): Promise<BackendRole> {
   const app = createHttpApp({ log: s.log.child({ role: 'backend' }) });
+  await registerOpenApi(app); // first: documents every route registered after it
   healthRoutes(app, s);
   const events = new EventBus({ clock: s.clock, log: s.log });
   app.decorate('events', events);
@@ -23,6 +25,7 @@ export async function createBackend(s: Services): Promise<BackendRole> {
   registerFeedback(app, s, events);
   const publicArea = await registerPublic(app, s, events);
   const campaigns = await registerCampaigns(app, s);
+  const api = await registerApi(app, s, events);
   await app.ready();
   return {
     app,
@@ -32,6 +35,7 @@ export async function createBackend(s: Services): Promise<BackendRole> {
       await campaigns.start();
     },
     async stop() {
+      await api.stop();
       await campaigns.stop();
       await publicArea.stop();
       await webhooks.stop();

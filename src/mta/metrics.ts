@@ -47,11 +47,22 @@ export function createMetrics(collectors: {
     },
   });
 
-  const phaseOutcomes = new Counter({
+  // Phase outcomes are counted in a plain map on the hot path (ten per job) and handed to
+  // prom-client when scraped: a labelled inc() costs more than a whole cheap phase.
+  const phaseCounts = new Map<string, number>();
+  new Counter({
     name: 'mta_pipeline_phase_outcomes_total',
     help: 'Pipeline phase results by phase and outcome (continue, defer, drop)',
     labelNames: ['phase', 'outcome'],
     registers: [registry],
+    collect() {
+      for (const [k, n] of phaseCounts) {
+        if (n === 0) continue;
+        const [phase, outcome] = k.split('|');
+        this.inc({ phase, outcome }, n);
+        phaseCounts.set(k, 0);
+      }
+    },
   });
   const throttleDeferrals = new Counter({
     name: 'mta_throttle_deferrals_total',
@@ -101,16 +112,9 @@ export function createMetrics(collectors: {
     registers: [registry],
   });
 
-  // Pre-bound children: the observer runs once per phase per job.
-  const children = new Map<string, ReturnType<typeof phaseOutcomes.labels>>();
   const observePhase: PhaseObserver = (phase, result) => {
     const k = `${phase.name}|${result.type}`;
-    let c = children.get(k);
-    if (!c) {
-      c = phaseOutcomes.labels(phase.name, result.type);
-      children.set(k, c);
-    }
-    c.inc();
+    phaseCounts.set(k, (phaseCounts.get(k) ?? 0) + 1);
     if (phase.name === 'acquire_slot' && result.type === 'defer') throttleDeferrals.inc({ reason: result.reason });
   };
 

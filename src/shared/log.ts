@@ -1,4 +1,5 @@
 import { pino, type Logger } from 'pino';
+import { SECRET_NAMES } from './config.js';
 
 export type { Logger };
 
@@ -19,12 +20,8 @@ export const REDACT_PATHS = [
   'req.headers.authorization',
   'req.headers.cookie',
   'headers.authorization',
-  'config.ADMIN_TOKEN',
-  'config.MTA_API_KEY',
-  'config.MTA_WEBHOOK_SECRET',
-  'config.BOUNCE_VERP_KEY',
-  'config.DATABASE_URL',
-  'config.REDIS_URL',
+  // Every variable the config table marks secret, wherever a config object is logged.
+  ...[...SECRET_NAMES].flatMap((name) => [name, `config.${name}`, `*.${name}`]),
 ];
 
 export function createLogger(opts: { level?: string; name?: string; destination?: pino.DestinationStream } = {}): Logger {

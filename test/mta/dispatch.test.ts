@@ -194,6 +194,23 @@ describe('pipeline outcomes', () => {
   });
 });
 
+describe('metrics', () => {
+  it('counts phase outcomes, sends and job outcomes', async () => {
+    const r = await t.call('GET', '/metrics', undefined, null);
+    expect(r.body).toMatch(/^mta_pipeline_phase_outcomes_total\{phase="content_screening",outcome="continue"\} [1-9]\d*$/m);
+    expect(r.body).toMatch(/^mta_pipeline_phase_outcomes_total\{phase="content_screening",outcome="drop"\} [1-9]\d*$/m);
+    expect(r.body).toMatch(/^mta_pipeline_phase_outcomes_total\{phase="org_limit",outcome="defer"\} [1-9]\d*$/m);
+    expect(r.body).toMatch(/^mta_sends_total\{status="sent",domain="default",pool="transactional"\} [1-9]\d*$/m);
+    expect(r.body).toMatch(/^mta_sends_total\{status="bounced",domain="default",pool="transactional"\} [1-9]\d*$/m);
+    expect(r.body).toMatch(/^mta_jobs_total\{outcome="suppressed"\} 1$/m);
+    expect(r.body).toMatch(/^mta_webhook_events_total\{event="sent",outcome="delivered"\} [1-9]\d*$/m);
+    // Scraping twice does not count twice.
+    const again = await t.call('GET', '/metrics', undefined, null);
+    const pick = (s: string) => /^mta_pipeline_phase_outcomes_total\{phase="content_screening",outcome="continue"\} (\d+)$/m.exec(s)![1];
+    expect(pick(again.body)).toBe(pick(r.body));
+  });
+});
+
 describe('the worker', () => {
   it('runs queued jobs through pipeline and delivery once started', async () => {
     await t.mta.start();

@@ -139,3 +139,15 @@ describe('logging', () => {
     expect(out).toContain('[redacted]');
   });
 });
+
+describe('logging of configuration', () => {
+  it('redacts every variable the config table marks secret', () => {
+    let out = '';
+    const sink = new Writable({ write: (chunk, _enc, cb) => ((out += chunk), cb()) });
+    const log = createLogger({ level: 'info', destination: sink });
+    const config = { PORT: 3000, RESEND_WEBHOOK_SECRET: 'whsec_resend', MANDRILL_WEBHOOK_KEY: 'mandrill-key', DATABASE_URL: 'postgres://u:pw@h/db' };
+    log.info({ config }, 'config');
+    expect(out).toContain('3000');
+    for (const leaked of ['whsec_resend', 'mandrill-key', 'u:pw']) expect(out).not.toContain(leaked);
+  });
+});

@@ -58,10 +58,10 @@ function readCursor(signer: Signer, token: string, now: number): ListCursor | Se
     if (v.reason === 'expired') throw badInput('Cursor expired: start again from the first page', 'cursor_expired');
     invalidCursor();
   }
-  const c = v.data as Partial<SearchCursor> & { m?: string };
+  const c = v.data as { m?: unknown; i?: unknown; h?: unknown; s?: unknown };
   if (typeof c !== 'object' || c === null || typeof c.i !== 'string') invalidCursor();
   if (c.m === 'l') return { m: 'l', i: c.i };
-  if (c.m === 's' && typeof c.h === 'string' && typeof c.s === 'number' && Number.isFinite(c.s)) return c as SearchCursor;
+  if (c.m === 's' && typeof c.h === 'string' && typeof c.s === 'number' && Number.isFinite(c.s)) return { m: 's', h: c.h, s: c.s, i: c.i };
   invalidCursor();
 }
 
@@ -123,23 +123,27 @@ async function search(
     return { data: [], pagination: { limit, totalItems: 0, cursor: null, isDone: true } };
   }
 
-  const args: unknown[] = [];
-  const p = (v: unknown) => {
+  // Parameters are numbered as they are added, so each query only carries the ones it uses.
+  const params = (args: unknown[]) => (v: unknown) => {
     args.push(v);
     return `$${args.length}`;
   };
-  const matchers: string[] = [];
-  let rank = '0::float8';
-  if (words.length) {
-    // Words hold only letters and digits, so they are safe inside a tsquery.
-    const prefix = `to_tsquery('simple', ${p(words.map((w) => `${w}:*`).join(' & '))})`;
-    const exact = `to_tsquery('simple', ${p(words.join(' & '))})`;
-    matchers.push(`search_tsv @@ ${prefix}`);
-    rank = `ts_rank(search_tsv, ${prefix})::float8 + CASE WHEN search_tsv @@ ${exact} THEN 1 ELSE 0 END`;
-  }
-  if (substring) matchers.push(`search_text LIKE ${p(`%${term.replace(/[\\%_]/g, '\\$&')}%`)}`);
-  const where = matchers.join(' OR ');
-  const countArgs = [...args];
+  const like = `%${term.replace(/[\\%_]/g, '\\$&')}%`;
+  const prefixQuery = words.map((w) => `${w}:*`).join(' & ');
+  const matchWhere = (p: (v: unknown) => string) => {
+    const m: string[] = [];
+    if (words.length) m.push(`search_tsv @@ to_tsquery('simple', ${p(prefixQuery)})`);
+    if (substring) m.push(`search_text LIKE ${p(like)}`);
+    return m.join(' OR ');
+  };
+
+  const args: unknown[] = [];
+  const p = params(args);
+  const where = matchWhere(p);
+  // Words hold only letters and digits, so they are safe inside a tsquery.
+  const rank = words.length
+    ? `ts_rank(search_tsv, to_tsquery('simple', ${p(prefixQuery)}))::float8 + CASE WHEN search_tsv @@ to_tsquery('simple', ${p(words.join(' & '))}) THEN 1 ELSE 0 END`
+    : '0::float8';
   const score = `(${rank} + CASE WHEN lower(email) = ${p(term)} THEN 2 ELSE 0 END)::float8`;
   const after = cursor ? `WHERE score < ${p(cursor.s)}::float8 OR (score = $${args.length}::float8 AND id > ${p(cursor.i)})` : '';
   const sql = `
@@ -155,10 +159,11 @@ async function search(
   const more = r.rows.length > limit;
   const page = r.rows.slice(0, limit);
   const last = page[page.length - 1];
-  let total = r.rows[0]?.total;
+  let total = r.rows[0]?.total ?? (cursor ? undefined : 0);
   if (total === undefined) {
     // A cursor past the last match leaves no row to carry the window count.
-    const c = await db.query<{ n: number }>(`SELECT count(*) AS n FROM contacts WHERE ${where}`, countArgs);
+    const countArgs: unknown[] = [];
+    const c = await db.query<{ n: number }>(`SELECT count(*) AS n FROM contacts WHERE ${matchWhere(params(countArgs))}`, countArgs);
     total = c.rows[0]?.n ?? 0;
   }
   return {

@@ -77,7 +77,7 @@ export function eventRoutes(app: HttpApp, d: ApiDeps): void {
         email = normalizeEmail(b.email) ?? undefined;
         if (!email) throw badInput(`Invalid email address: ${JSON.stringify(b.email.slice(0, 100))}`, 'invalid_email');
       }
-      const replay = async (): Promise<{ data: unknown } | null> => {
+      const replay = async (): Promise<ReturnType<typeof out> | null> => {
         if (!key) return null;
         const r = await d.db.query<EventRow>(`SELECT id, contact_id, name, created_at, request_hash FROM contact_events WHERE idempotency_key = $1`, [key]);
         const row = r.rows[0];

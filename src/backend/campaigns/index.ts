@@ -1,7 +1,7 @@
 /** Templates, share links and campaigns (admin API) and the campaign fan-out, as one backend plugin. */
 import type { HttpApp } from '../../shared/http.js';
 import type { Services } from '../../shared/services.js';
-import { adminGuard } from './admin-auth.js';
+import { adminGuard } from '../api/admin-auth.js';
 import { templateRoutes } from './templates.js';
 
 export interface CampaignsArea {

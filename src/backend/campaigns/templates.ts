@@ -7,7 +7,7 @@ import type { Db } from '../../shared/db/pool.js';
 import { notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
 import { SHARE_LINK_TTL_MS } from '../public/policy.js';
-import type { AdminGuard } from './admin-auth.js';
+import type { AdminGuard } from '../api/admin-auth.js';
 
 export interface Template {
   id: string;

@@ -41,6 +41,8 @@ export interface BounceInfo {
   reason: string;
   /** Provider or SMTP text, truncated; for operators, never sent to recipients. */
   diagnostic?: string;
+  /** Enhanced status code (RFC 3463) when the source states it. */
+  status?: string;
 }
 
 export interface LifecycleEvent {

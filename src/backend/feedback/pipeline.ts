@@ -107,8 +107,9 @@ function blocklistReason(ev: LifecycleEvent): SuppressionReason | null {
 async function applyLifecycle(c: DbClient, deps: PipelineDeps, ev: LifecycleEvent, feedbackId: string, pending: Pending): Promise<void> {
   const now = deps.clock.now();
   const send = await findSend(c, ev);
+  let moved = false;
   if (send) {
-    await moveSendStatus(c, send, ev.status, now);
+    moved = await moveSendStatus(c, send, ev.status, now);
     await c.query('UPDATE feedback_events SET send_id = $2 WHERE id = $1', [feedbackId, send.id]);
   }
   const recipient = ev.recipient ?? send?.to ?? null;
@@ -149,9 +150,11 @@ async function applyLifecycle(c: DbClient, deps: PipelineDeps, ev: LifecycleEven
   }
 
   const name = CUSTOMER_EVENT[ev.status];
-  // Customer events describe one of our emails; feedback for a send this backend does not
-  // know (sent before this deployment, or by something else) still suppresses, silently.
-  if (name && send) pending.emit.push({ name, data: customerData(name, ev, send, contactId) });
+  // Customer events follow the send's status: one per transition, none for a late or
+  // repeated report (a second "delivered", a "sent" after "delivered"). Feedback about a
+  // send this backend does not know (sent before this deployment, or by something else)
+  // still blocklists, silently.
+  if (name && send && moved) pending.emit.push({ name, data: customerData(name, ev, send, contactId) });
 }
 
 function customerData(name: BackendEventName, ev: LifecycleEvent, send: SendRef, contactId: string | null) {
@@ -179,7 +182,7 @@ function customerData(name: BackendEventName, ev: LifecycleEvent, send: SendRef,
         bounce: {
           type: ev.bounce?.type ?? 'soft',
           reason: ev.bounce?.reason ?? 'undefined',
-          status: diag ? (/\b([245]\.\d{1,3}\.\d{1,3})\b/.exec(diag)?.[1] ?? null) : null,
+          status: ev.bounce?.status ?? (diag ? (/\b([245]\.\d{1,3}\.\d{1,3})\b/.exec(diag)?.[1] ?? null) : null),
           diagnostic: diag,
         },
       };
@@ -212,7 +215,7 @@ async function applyOperational(c: DbClient, deps: PipelineDeps, ev: Operational
   const ctx = { mtaEventId: id, event: ev.event, organizationId: ev.organizationId, ip: ev.ip, data: ev.data };
   switch (ev.event) {
     case 'org.circuit_breaker': {
-      const reason = typeof ev.data.reason === 'string' ? ev.data.reason.slice(0, 500) : 'circuit breaker tripped on bounce or complaint rate';
+      const reason = breakerReason(ev.data);
       await c.query(
         `INSERT INTO campaign_sending_pauses (id, mta_event_id, organization_id, reason, paused_at) VALUES ($1, $2, $3, $4, $5)`,
         [newId('pause', now), id, ev.organizationId, reason, iso(now)],
@@ -235,4 +238,18 @@ async function applyOperational(c: DbClient, deps: PipelineDeps, ev: Operational
       pending.log.push(() => deps.log.warn(ctx, 'MTA sending IP completed warming'));
       break;
   }
+}
+
+/** A one-line reason from the MTA's trip details (its `reason`, or signal, rate, threshold, window). */
+function breakerReason(d: Record<string, unknown>): string {
+  if (typeof d.reason === 'string' && d.reason.trim()) return d.reason.slice(0, 500);
+  const pct = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? `${Math.round(v * 10000) / 100}%` : null);
+  const signal = typeof d.signal === 'string' ? d.signal : null;
+  const rate = pct(d.rate);
+  const threshold = pct(d.threshold);
+  if (signal && rate && threshold) {
+    const window = typeof d.window === 'string' ? ` (${d.window} window${typeof d.sample === 'number' ? `, ${d.sample} sends` : ''})` : '';
+    return `${signal} rate ${rate} over the ${threshold} threshold${window}`.slice(0, 500);
+  }
+  return 'circuit breaker tripped on the bounce or complaint rate';
 }

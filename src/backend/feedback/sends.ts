@@ -61,10 +61,13 @@ export async function findSend(c: DbClient, ev: LifecycleEvent): Promise<SendRef
   return null;
 }
 
-/** Moves the status forward only (STATUS_RANK): late or reordered feedback never regresses it. */
+/**
+ * Moves the status forward only (STATUS_RANK): late or reordered feedback never regresses it.
+ * True when the status changed.
+ */
 export async function moveSendStatus(c: DbClient, send: SendRef, status: LifecycleStatus, nowMs: number): Promise<boolean> {
   const current = STATUS_RANK[send.status as LifecycleStatus] ?? 0;
-  if (STATUS_RANK[status] < current) return false;
+  if (send.status === status || STATUS_RANK[status] < current) return false;
   await c.query(`UPDATE email_sends SET status = $2, updated_at = $3 WHERE id = $1`, [send.id, status, new Date(nowMs).toISOString()]);
   send.status = status;
   return true;

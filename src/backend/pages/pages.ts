@@ -34,7 +34,7 @@ function unsubscribe(done: boolean): RenderedPage {
       done
         ? '<h1>You are unsubscribed</h1><p>You will no longer get these emails.</p>'
         : `<h1>Unsubscribe?</h1><p>Press the button to stop getting these emails.</p>
-<form method="post"><input type="hidden" name="List-Unsubscribe" value="One-Click"><div class="actions"><button type="submit">Unsubscribe</button></div></form>`
+<form method="post"><input type="hidden" name="List-Unsubscribe" value="One-Click"><input type="hidden" name="via" value="page"><div class="actions"><button type="submit">Unsubscribe</button></div></form>`
     }</div></noscript>`,
     script: `${CLIENT_HELPERS}${PATH_TOKEN}${FAIL}
 var ctx=null;
@@ -56,7 +56,7 @@ function showDone(){$('ask').hidden=true;$('done').hidden=false;$('done-title').
 })();
 $('unsub').addEventListener('click',async function(){
   var b=this;b.disabled=true;show('status','Unsubscribing…');
-  var res=await api('POST','/unsub/'+enc,undefined,'List-Unsubscribe=One-Click');
+  var res=await api('POST','/unsub/'+enc,undefined,'List-Unsubscribe=One-Click&via=page');
   if(res.ok){show('status','');showDone()}else{b.disabled=false;show('status',errorText(res),'error')}
 });`,
   });

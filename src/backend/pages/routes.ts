@@ -17,17 +17,19 @@ export interface PageRouteDeps {
 /**
  * GET pages whose paths are not JSON endpoints of the spec. The archive and share pages are
  * served by their JSON routes when a browser asks for HTML (see public/archive.ts, share.ts).
+ * Tokens are wildcard segments: signed tokens are longer than the router's 100-character
+ * limit for named parameters.
  * - GET /unsub/:token — the page of the visible unsubscribe link (the POST on the same URL is one-click).
  * - GET /prefs/:token — the preference center.
  * - GET /confirm/doi?token= — the double opt-in confirmation (confirms only on the button's POST).
  */
 export function pageRoutes(app: HttpApp, d: PageRouteDeps): void {
-  app.get('/unsub/:token', async (req, reply) => {
+  app.get('/unsub/*', async (req, reply) => {
     await d.limitIp(req);
     const done = (req.query as Record<string, string | undefined>).done === '1';
     return sendPage(reply, done ? 'unsubscribeDone' : 'unsubscribe');
   });
-  app.get('/prefs/:token', async (req, reply) => {
+  app.get('/prefs/*', async (req, reply) => {
     await d.limitIp(req);
     return sendPage(reply, 'preferences');
   });

@@ -16,10 +16,12 @@ export const WEBHOOK_POLICY = {
   /** Response bytes read at most (the rest is not waited for). */
   responseBodyRead: 64 * 1024,
   /**
-   * Queue groups per endpoint: an endpoint gets at most this many requests at once, so one
-   * slow endpoint occupies at most this many of the worker's slots.
+   * Queue groups per endpoint: a healthy endpoint gets at most this many requests at once.
+   * New deliveries for an endpoint whose last attempt failed (error, timeout, non-2xx) go to
+   * a single lane until it succeeds again, so a dead or hanging endpoint holds about one of
+   * the worker's slots instead of this many.
    */
-  lanesPerEndpoint: 4,
+  lanesPerEndpoint: 8,
   /** Deliveries in flight per backend instance. */
   concurrency: 64,
   /** Worker polling fallback (enqueues wake the worker through NOTIFY). */

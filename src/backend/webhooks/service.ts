@@ -84,6 +84,8 @@ export class WebhookService {
   private sweepTimer: NodeJS.Timeout | undefined;
   private sweeping: Promise<void> | null = null;
   private accepting = true;
+  /** Endpoints whose last attempt (in this process) failed: their new deliveries use one lane. */
+  private readonly failing = new Set<string>();
   private started = false;
 
   constructor(s: Pick<Services, 'config' | 'db' | 'log' | 'clock'>, opts: WebhookServiceOptions = {}) {
@@ -168,6 +170,7 @@ export class WebhookService {
 
   async deleteWebhook(id: string): Promise<void> {
     if (!(await this.store.delete(id))) throw webhookNotFound();
+    this.failing.delete(id);
   }
 
   async getWebhook(id: string): Promise<WebhookRecord> {
@@ -295,7 +298,7 @@ export class WebhookService {
     await queue.enqueueMany(
       rows.map((r) => ({
         // Lanes spread one endpoint over a few groups: parallel, yet bounded per endpoint.
-        groupKey: `${r.webhookId}:${laneOf(r.deliveryId, WEBHOOK_POLICY.lanesPerEndpoint)}`,
+        groupKey: `${r.webhookId}:${this.failing.has(r.webhookId) ? 0 : laneOf(r.deliveryId, WEBHOOK_POLICY.lanesPerEndpoint)}`,
         payload: r.manual ? { deliveryId: r.deliveryId, manual: true } : { deliveryId: r.deliveryId },
       })),
     );
@@ -363,6 +366,8 @@ export class WebhookService {
       error = err instanceof TargetRefused ? `Refused: ${err.message}` : err instanceof Error ? err.message : String(err);
     }
     const success = error === null;
+    if (success) this.failing.delete(work.webhookId);
+    else this.failing.add(work.webhookId);
     const finishedAt = this.clock.now();
     const last = manual || job.attempts >= job.maxAttempts;
     const status: DeliveryStatus = success ? 'succeeded' : last ? 'failed' : 'pending';

@@ -244,12 +244,18 @@ export class WebhookStore {
   /**
    * Appends attempts to the log and moves their deliveries to the new state, in one statement.
    * The attempt number is the delivery's count + 1, taken under the row lock of the update.
+   *
+   * Committed without waiting for the WAL flush (synchronous_commit off for this transaction
+   * only): the queue's synchronous finish of the same job commits after it, and WAL is flushed
+   * in order, so once the job's outcome is durable this record is too. A database crash before
+   * that leaves the job active; it runs again after its lease (at-least-once).
    */
   async recordAttempts(items: AttemptInput[]): Promise<void> {
     if (items.length === 0) return;
     const col = <K extends keyof AttemptInput>(k: K) => items.map((a) => a[k]);
     await this.db.query(
-      `WITH input AS (
+      `WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true)),
+       input AS (
          SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::integer[], $4::integer[], $5::text[], $6::text[],
                               $7::boolean[], $8::boolean[], $9::text[], $10::timestamptz[])
                 AS t(delivery_id, started_at, duration_ms, status_code, error, response_body, success, manual, status, next_attempt_at)
@@ -264,7 +270,7 @@ export class WebhookStore {
        )
        INSERT INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_body, success, manual)
        SELECT i.delivery_id, u.attempts, i.started_at, i.duration_ms, i.status_code, i.error, i.response_body, i.success, i.manual
-         FROM input i JOIN upd u ON u.id = i.delivery_id
+         FROM input i JOIN upd u ON u.id = i.delivery_id CROSS JOIN async_commit
        ON CONFLICT DO NOTHING`,
       [
         col('deliveryId'),

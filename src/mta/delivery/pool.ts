@@ -171,9 +171,9 @@ export class ConnectionPool {
       if (!fresh) {
         const idle = this.takeIdle(k);
         if (idle) return { session: idle.session, lease: idle };
-        // One is finishing its RSET (well under a millisecond on a healthy link): reuse it
-        // rather than open another connection.
-        if (k.resetting > 0) {
+        // One is finishing its RSET (well under a millisecond on a healthy link) and no other
+        // send is waiting for it: reuse it rather than open another connection.
+        if (k.resetting > k.waiters.length) {
           const got = await this.wait(k, deadline - Date.now());
           if (got) return { session: got.session, lease: got };
           if (this.closing) throw new PoolClosedError();

@@ -58,7 +58,12 @@ describe('MTA lifecycle events', () => {
     const hard = await createSend(db, { to: 'gone@example.test', providerMessageId: 'mta-m-hard' });
     const soft = await createSend(db, { to: 'busy@example.test', providerMessageId: 'mta-m-soft' });
     app.emitted.length = 0;
-    await mta('bounced', { messageId: 'mta-m-hard', recipient: 'gone@example.test', bounceType: 'hard', reason: 'userunknown', diagnosticCode: '550 5.1.1 <gone@example.test>: user unknown' });
+    // The shape src/mta/effects.ts posts.
+    await mta('bounced', {
+      messageId: 'mta-m-hard', jobId: 'job_1', organizationId: 'org_1', campaignId: 'cmp_1', to: 'gone@example.test', domain: 'example.test',
+      type: 'hard', hard: true, reason: 'userunknown', smtpCode: 550, enhancedCode: '5.1.1', smtpResponse: '550 5.1.1 <gone@example.test>: user unknown',
+      mxHost: 'mx.example.test', pool: 'campaign', ip: '127.0.0.3', attempt: 1,
+    });
     await mta('bounced', { messageId: 'mta-m-soft', recipient: 'busy@example.test', bounceType: 'soft', reason: 'spamdetected', diagnosticCode: '554 5.7.1 message rejected as spam' });
     expect(await sendStatus(db, hard)).toBe('bounced');
     expect(await sendStatus(db, soft)).toBe('bounced');
@@ -80,6 +85,29 @@ describe('MTA lifecycle events', () => {
     expect(await sendStatus(db, send)).toBe('complained');
     expect((await db.pool.query(`SELECT reason FROM suppressions WHERE email = 'angry@example.test'`)).rows).toEqual([{ reason: 'complaint' }]);
     expect(app.emitted.map((e) => [e.name, (e.data as any).feedbackType])).toEqual([['email.complained', 'abuse']]);
+  });
+
+  it('the MTA\'s retry of an event (re-signed later, or re-serialized from its dead-letter queue) applies once', async () => {
+    const send = await createSend(db, { to: 'retry@example.test', providerMessageId: 'mta-m-retry' });
+    const event = { event: 'sent', timestamp: '2026-01-01T11:59:59.000Z', data: { messageId: 'mta-m-retry', to: 'retry@example.test', smtpResponse: '250 ok' } };
+    const reordered = { data: { smtpResponse: '250 ok', to: 'retry@example.test', messageId: 'mta-m-retry' }, timestamp: event.timestamp, event: 'sent' };
+    const results: unknown[] = [];
+    for (const body of [JSON.stringify(event), JSON.stringify(event), JSON.stringify(reordered)]) {
+      app.clock.advance(30_000); // each retry is signed at its own time
+      const ts = Math.floor(app.clock.now() / 1000);
+      const res = await fetch(`${app.url}/webhooks/mta`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-mta-timestamp': String(ts), 'x-mta-signature': hexHmac(SECRETS.MTA_WEBHOOK_SECRET, ts, body) },
+        body,
+      });
+      results.push(await res.json());
+    }
+    expect(results).toEqual([
+      { success: true, applied: 1, duplicates: 0 },
+      { success: true, applied: 0, duplicates: 1 },
+      { success: true, applied: 0, duplicates: 1 },
+    ]);
+    expect(await sendStatus(db, send)).toBe('sent');
   });
 
   it('a late sent never moves a delivered send backwards', async () => {
@@ -137,10 +165,12 @@ describe('MTA operational events', () => {
 
   it('org.circuit_breaker pauses campaign sending until an operator resumes it', async () => {
     expect(await isCampaignSendingPaused(db.pool)).toBe(false);
-    await mta('org.circuit_breaker', { organizationId: 'org_1', severity: 'critical', reason: 'bounce rate 12% over the last 50 sends', bounceRate: 0.12 }, 'evt_cb_1');
+    // The shape src/mta/app.ts posts when a breaker trips.
+    const trip = { organizationId: 'org_1', severity: 'critical', state: 'open', window: 'fast', signal: 'bounce', rate: 0.2, threshold: 0.15, sample: 50, cooldownMs: 1_800_000, openedAt: '2026-01-01T12:00:00.000Z' };
+    await mta('org.circuit_breaker', trip, 'evt_cb_1');
     expect(await isCampaignSendingPaused(db.pool)).toBe(true);
     const status = await admin('GET', '/admin/sending-status');
-    expect(status.body.data).toMatchObject({ campaignSendingPaused: true, openPauses: [{ organizationId: 'org_1', reason: 'bounce rate 12% over the last 50 sends', resumedAt: null }] });
+    expect(status.body.data).toMatchObject({ campaignSendingPaused: true, openPauses: [{ organizationId: 'org_1', reason: 'bounce rate 20% over the 15% threshold (fast window, 50 sends)', resumedAt: null }] });
     expect(logged(/circuit breaker tripped/)).toMatchObject([{ level: 50, organizationId: 'org_1' }]);
 
     // Time passing (the MTA's own cooldown) does not resume campaign sending here.
@@ -152,7 +182,7 @@ describe('MTA operational events', () => {
     expect(resumed.body.data).toMatchObject({ campaignSendingPaused: false, resumed: [{ resumeNote: 'list cleaned' }] });
     expect(await isCampaignSendingPaused(db.pool)).toBe(false);
     // A replay of the same breaker event does not pause again.
-    await mta('org.circuit_breaker', { organizationId: 'org_1', severity: 'critical', reason: 'bounce rate 12% over the last 50 sends', bounceRate: 0.12 }, 'evt_cb_1');
+    await mta('org.circuit_breaker', trip, 'evt_cb_1');
     expect(await isCampaignSendingPaused(db.pool)).toBe(false);
     const again = await admin('POST', '/admin/sending/resume');
     expect(again.body.data.resumed).toEqual([]);
@@ -162,7 +192,7 @@ describe('MTA operational events', () => {
     ['ip.blocklisted', { ip: '192.0.2.10', zones: ['zen.spamhaus.org'] }, 'warning', 40],
     ['ip.delisted', { ip: '192.0.2.10' }, 'info', 40],
     ['ip.warming_complete', { ip: '192.0.2.11', pool: 'campaign' }, 'info', 40],
-    ['all_ips_blocked', { ips: ['192.0.2.10', '192.0.2.11'], zones: ['zen.spamhaus.org'] }, 'critical', 50],
+    ['all_ips_blocked', { pool: 'campaign', dedicatedIp: null, measured: true, addresses: [{ ip: '192.0.2.10', reason: 'listed', zone: 'zen.spamhaus.org', since: null }] }, 'critical', 50],
   ] as const)('%s is recorded, listed by GET /admin/mta-events and logged', async (event, data, severity, level) => {
     const logsBefore = app.logs.length;
     app.clock.advance(1000);

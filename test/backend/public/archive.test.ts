@@ -63,7 +63,7 @@ describe('public rate limits', () => {
   let b: Backend;
 
   beforeAll(async () => {
-    b = await startBackend({ clock, env: { PUBLIC_RATE_LIMITS: 'archive=3/60,publicIp=5/60' } });
+    b = await startBackend({ clock, env: { PUBLIC_RATE_LIMITS: 'archive=3/3,publicIp=5/5' } });
   });
   afterAll(() => b?.close());
 
@@ -81,8 +81,11 @@ describe('public rate limits', () => {
     const ipLimited = await call(b.url, 'GET', '/archive/token-c');
     expect(ipLimited.status).toBe(429);
 
-    // Buckets refill with time (1 per 12 s for publicIp=5/60, 1 per 20 s for archive=3/60).
-    clock.advance(20_000);
+    // Buckets refill with time (burst/perMinute: one token every 12 s for publicIp=5/5, every 20 s for archive=3/3).
+    expect(Number(ipLimited.headers.get('retry-after'))).toBe(12);
+    clock.advance(19_000);
+    expect((await call(b.url, 'GET', '/archive/token-a')).status).toBe(429);
+    clock.advance(60_000);
     expect((await call(b.url, 'GET', '/archive/token-a')).status).toBe(404);
   });
 });

@@ -106,3 +106,38 @@ export async function seedTrackedSends(
   }
   await insertEngagementRows(pool as any, sends.map((s) => ({ emailSendId: s.id, contactId: s.contactId ?? null, campaignId: s.campaignId ?? null, sentAt: s.sentAt })));
 }
+
+type Pool = { query: (text: string, values?: unknown[]) => Promise<{ rows: any[] }> };
+
+/** A topic through the admin API (REST API area). */
+export async function createTopic(base: string, name: string, requireDoubleOptIn = false): Promise<{ id: string; name: string }> {
+  const r = await call(base, 'POST', '/admin/topics', { admin: true, json: { name, requireDoubleOptIn } });
+  if (r.status !== 201) throw new Error(`topic create failed: ${r.status} ${r.text}`);
+  return r.body.data;
+}
+
+/** Contacts and memberships written directly (fixtures; the REST API has its own tests). */
+export async function seedContact(
+  pool: Pool,
+  nowMs: number,
+  c: { id: string; email: string; firstName?: string; topics?: { id: string; doi?: 'not_required' | 'pending' | 'confirmed'; unsubscribed?: boolean }[] },
+): Promise<void> {
+  const at = new Date(nowMs).toISOString();
+  await pool.query(`INSERT INTO contacts (id, email, first_name, source, created_at, updated_at) VALUES ($1, $2, $3, 'api', $4, $4)`, [
+    c.id,
+    c.email,
+    c.firstName ?? null,
+    at,
+  ]);
+  for (const t of c.topics ?? []) {
+    await pool.query(
+      `INSERT INTO topic_memberships (topic_id, contact_id, doi_status, source, unsubscribed_at, created_at, updated_at) VALUES ($1, $2, $3, 'api', $4, $5, $5)`,
+      [t.id, c.id, t.doi ?? 'not_required', t.unsubscribed ? at : null, at],
+    );
+  }
+}
+
+export async function membership(pool: Pool, contactId: string, topicId: string): Promise<{ doi_status: string; unsubscribed_at: Date | null } | undefined> {
+  return (await pool.query('SELECT doi_status, unsubscribed_at, confirmed_at FROM topic_memberships WHERE contact_id = $1 AND topic_id = $2', [contactId, topicId]))
+    .rows[0];
+}

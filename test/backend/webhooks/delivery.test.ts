@@ -192,17 +192,36 @@ describe('delivery', () => {
     expect(r.requests).toHaveLength(4);
   });
 
-  it('one slow endpoint does not hold up another', async () => {
+  it('one slow endpoint does not hold up another, and once failing it holds one lane', async () => {
     const slow = await receiver(() => ({ hang: true }));
     const fast = await receiver();
     const a = await rig.service.createWebhook({ url: `${slow.url}/`, events: ['email.clicked'] });
     const b = await rig.service.createWebhook({ url: `${fast.url}/`, events: ['email.clicked'] });
-    for (let i = 0; i < 20; i++) void rig.bus.emit('email.clicked', { ...SAMPLES['email.clicked'], url: `https://acme.test/${i}` });
-    await fast.waitFor(20);
-    // The slow endpoint holds at most its lanes, not the worker.
+    for (let i = 0; i < 30; i++) void rig.bus.emit('email.clicked', { ...SAMPLES['email.clicked'], url: `https://acme.test/${i}` });
+    await fast.waitFor(30);
+    // While the slow endpoint hangs, it holds at most its lanes, not the worker.
+    expect(slow.requests.length).toBeGreaterThan(0);
     expect(slow.requests.length).toBeLessThanOrEqual(WEBHOOK_POLICY.lanesPerEndpoint);
-    rig.advance(30_000); // let the hanging requests time out before the next test
-    await pollUntil(async () => (await rig.service.listDeliveries(a.id, { limit: 100, status: 'pending' })).data.every((d) => d.attemptCount <= 1) && slow.requests.length > 0, 10_000, () => 'slow');
+
+    // Its requests time out: from now on its new deliveries share one lane.
+    rig.advance(30_000);
+    await pollUntil(
+      async () => (await rig.db.pool.query(`SELECT 1 FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id WHERE d.webhook_id = $1`, [a.id])).rowCount! > 0,
+      10_000,
+      () => 'no timed-out attempt',
+    );
+    const groupsBefore = await rig.db.pool.query<{ g: string }>(`SELECT DISTINCT group_key AS g FROM queue_jobs WHERE queue = 'webhooks' AND group_key LIKE $1`, [`${a.id}:%`]);
+    for (let i = 0; i < 10; i++) await rig.bus.emit('email.clicked', { ...SAMPLES['email.clicked'], url: `https://acme.test/late/${i}` });
+    const late = await rig.db.pool.query<{ g: string }>(
+      `SELECT DISTINCT j.group_key AS g FROM queue_jobs j JOIN webhook_deliveries d ON d.id = j.payload->>'deliveryId' JOIN webhook_events e ON e.id = d.event_id
+        WHERE j.queue = 'webhooks' AND d.webhook_id = $1 AND (e.data->>'url') LIKE '%/late/%'`,
+      [a.id],
+    );
+    expect(groupsBefore.rows.length).toBeGreaterThan(1);
+    expect(late.rows.map((r) => r.g)).toEqual([`${a.id}:0`]);
+    await fast.waitFor(40);
+
+    rig.advance(30_000); // let whatever still hangs time out before the next test
     await rig.service.deleteWebhook(a.id);
     await rig.service.deleteWebhook(b.id);
   });

@@ -13,7 +13,8 @@ export class MtaProvider implements EmailProvider {
       to: m.to,
       from: m.from,
       subject: m.subject,
-      html: m.html,
+      // The job requires html: a text-only message gets its text as preformatted HTML.
+      html: m.html || (m.text !== undefined ? textToHtml(m.text) : ''),
       ...(m.text !== undefined ? { text: m.text } : {}),
       ...(m.replyTo !== undefined ? { replyTo: m.replyTo } : {}),
       ...(m.headers && Object.keys(m.headers).length ? { headers: m.headers } : {}),
@@ -50,3 +51,6 @@ export class MtaProvider implements EmailProvider {
     throw new ProviderError(`The MTA answered ${res.status}: ${detail}`, retryable);
   }
 }
+
+const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+const textToHtml = (t: string) => `<pre style="white-space:pre-wrap;font-family:inherit">${escapeHtml(t)}</pre>`;

@@ -49,7 +49,9 @@ export function translateMta(body: Buffer, nowMs: number): Translation {
       const hardFlag = typeof data.hard === 'boolean' ? (data.hard ? 'hard' : 'soft') : optString(data.bounceType, 20);
       if (!hardFlag) throw new FeedbackFormatError('A bounced event needs data.bounceType (hard or soft) or data.hard');
       const reason = optString(data.reason, 50)?.toLowerCase() ?? 'undefined';
-      const bounce = classifyBounce(hardFlag, optString(data.diagnosticCode ?? data.response, 1000), reason);
+      const bounce = classifyBounce(hardFlag, optString(data.smtpResponse ?? data.diagnosticCode ?? data.response, 1000), reason);
+      const status = optString(data.enhancedCode, 20);
+      if (status && /^[245]\.\d{1,3}\.\d{1,3}$/.test(status)) bounce.status = status;
       return { events: [{ kind: 'lifecycle', ...common, status: 'bounced', recipient: requireEmail(data.recipient ?? data.to, 'data.recipient'), bounce }] };
     }
     case 'complained':

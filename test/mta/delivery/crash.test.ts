@@ -1,0 +1,146 @@
+/**
+ * Crash safety (issue 8): the MTA is killed with SIGKILL in the middle of a 10,000-message run
+ * and restarted; every message must reach the sink at least once (duplicates are allowed: a
+ * job is completed only after the remote accepted it, so a kill between the remote's 250 and
+ * the queue's bookkeeping sends it again). Real processes, PostgreSQL, DNS and SMTP.
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { generateKeyPairSync } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { systemClock } from '../../../src/shared/clock.js';
+import { groupKeyOf, type MtaJobPayload } from '../../../src/mta/job.js';
+import { createMtaQueue } from '../../../src/mta/queue.js';
+import { parseVerpAddress } from '../../../src/mta/delivery/verp.js';
+import { PgDkimKeyStore } from '../../../src/mta/stores/dkim.js';
+import { createTestDatabase, type TestDatabase } from '../../harness/db.js';
+import { startDnsServer, type DnsServer } from '../../harness/dns.js';
+import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
+
+const TOTAL = 10_000;
+const DOMAINS = 20;
+const VERP_KEY = 'crash-verp-key-0123456789abcdef';
+const MTA_KEY = 'lm_mta_crash_0123456789abcdefghijklmnopqrstuvwxyz';
+
+let db: TestDatabase;
+let dns: DnsServer;
+let sink: SmtpSink;
+let child: ChildProcess | undefined;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  sink = await startSmtpSink({ host: '127.0.0.10', port: 0 });
+  const zone = [];
+  for (let d = 0; d < DOMAINS; d++) zone.push({ name: `d${d}`, type: 'MX' as const, value: `10 mx.crash.test` });
+  zone.push({ name: 'mx', type: 'A' as const, value: '127.0.0.10' });
+  dns = await startDnsServer({ zones: { 'crash.test': zone } });
+  const pem = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+  await new PgDkimKeyStore(db.pool, systemClock).upsert('sender.test', 'crash1', pem);
+}, 60_000);
+
+afterAll(async () => {
+  child?.kill('SIGKILL');
+  await Promise.all([sink?.close(), dns?.stop()]);
+  await db?.drop();
+});
+
+async function startMta(): Promise<{ proc: ChildProcess; url: string }> {
+  const proc = fork(fileURLToPath(new URL('./crash-child.ts', import.meta.url)), [], {
+    execArgv: ['--import', 'tsx'],
+    env: {
+      ...process.env,
+      NODE_ENV: 'test',
+      LOG_LEVEL: 'silent',
+      HOST: '127.0.0.1',
+      MTA_PORT: '0',
+      DATA_DIR: '/tmp',
+      DATABASE_URL: db.url,
+      MTA_API_KEY: MTA_KEY,
+      BOUNCE_VERP_KEY: VERP_KEY,
+      BOUNCE_HOST: 'bounces.sender.test',
+      DNS_SERVERS: dns.servers,
+      MTA_DELIVERY_PORT: String(sink.port),
+      MTA_POOLS: 'transactional:127.0.0.2@mta1.sender.test',
+      MTA_WARMED_IPS: '127.0.0.2',
+      EMAIL_PROVIDER: 'mta',
+    },
+    stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+  });
+  const [msg] = (await Promise.race([once(proc, 'message'), once(proc, 'exit').then(() => { throw new Error('MTA child exited during start'); })])) as [{ mtaUrl: string }];
+  return { proc, url: msg.mtaUrl };
+}
+
+/** Distinct message ids that reached the sink, read from the signed VERP return path. */
+function delivered(): Set<string> {
+  const ids = new Set<string>();
+  for (const m of sink.messages) {
+    const t = parseVerpAddress(m.mailFrom, { key: VERP_KEY, bounceHost: 'bounces.sender.test' });
+    if (t) ids.add(t.messageId);
+  }
+  return ids;
+}
+
+it(
+  'kill -9 in the middle of a 10,000-message run, then restart: every message reaches the sink at least once',
+  async () => {
+    let mta = await startMta();
+    child = mta.proc;
+    const api = (method: string, path: string, body: unknown) =>
+      fetch(`${mta.url}${path}`, { method, headers: { authorization: `Bearer ${MTA_KEY}`, 'content-type': 'application/json' }, body: JSON.stringify(body) }).then(async (r) => {
+        if (r.status >= 300) throw new Error(`${method} ${path}: ${r.status} ${await r.text()}`);
+      });
+    // Operator settings (durable, so they hold after the restart too).
+    await api('POST', '/org-limits', { organizationId: 'org-crash', daily: 10_000_000, hourly: 10_000_000 });
+    for (let d = 0; d < DOMAINS; d++) {
+      await api('PUT', `/isp-profiles/d${d}.crash.test`, { defaultRate: 1_000_000, ceiling: 1_000_000, floor: 1, backoffFactor: 0.5, recoveryFactor: 1.1 });
+    }
+
+    // 10,000 jobs straight into the durable queue, as /send would leave them.
+    const queue = createMtaQueue<MtaJobPayload>({ db: db.pool, clock: systemClock });
+    const now = Date.now();
+    for (let off = 0; off < TOTAL; off += 1000) {
+      await queue.enqueueMany(
+        Array.from({ length: Math.min(1000, TOTAL - off) }, (_, j) => {
+          const i = off + j;
+          const domain = `d${i % DOMAINS}.crash.test`;
+          const payload: MtaJobPayload = {
+            messageId: `crash-${i}`,
+            to: `user${i}@${domain}`,
+            from: 'Crash <news@sender.test>',
+            subject: `Crash test ${i}`,
+            html: `<p>message ${i}</p>`,
+            ipPool: 'transactional',
+            organizationId: 'org-crash',
+            dkimDomain: 'sender.test',
+            recipient: `user${i}@${domain}`,
+            domain,
+            band: 'default',
+            acceptedAt: now,
+          };
+          return { groupKey: groupKeyOf('transactional', domain), payload, orgId: 'org-crash' };
+        }),
+      );
+    }
+
+    // Kill -9 once a part of the run has been delivered.
+    await sink.waitUntil(() => sink.messages.length >= 2_500, 180_000, '2,500 deliveries before the kill');
+    mta.proc.kill('SIGKILL');
+    await once(mta.proc, 'exit');
+    const beforeRestart = delivered().size;
+    expect(beforeRestart).toBeGreaterThanOrEqual(2_500);
+    expect(beforeRestart).toBeLessThan(TOTAL);
+
+    mta = await startMta();
+    child = mta.proc;
+    // Jobs that were in flight come back when their 2-minute lease passes (mta.md → Queue).
+    await sink.waitUntil(() => delivered().size >= TOTAL, 420_000, 'every message delivered after the restart');
+    const ids = delivered();
+    for (let i = 0; i < TOTAL; i++) expect(ids.has(`crash-${i}`)).toBe(true);
+    expect(sink.messages.length).toBeGreaterThanOrEqual(TOTAL); // duplicates allowed, losses not
+    mta.proc.kill('SIGTERM');
+    await once(mta.proc, 'exit');
+    child = undefined;
+  },
+  660_000,
+);
