@@ -25,6 +25,7 @@ import { deliveryLogRoutes } from './routes/delivery-logs.js';
 import { dkimRoutes } from './routes/dkim.js';
 import { dlqRoutes } from './routes/dlq.js';
 import { healthRoutes } from './routes/health.js';
+import { ipReputationRoutes } from './routes/ip-reputation.js';
 import { ispProfileRoutes } from './routes/isp-profiles.js';
 import { orgLimitRoutes } from './routes/org-limits.js';
 import { poolRuleRoutes } from './routes/pool-rules.js';
@@ -241,7 +242,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     return metrics.registry.metrics();
   });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
-  const groups = [credentialRoutes, dkimRoutes, orgLimitRoutes, poolRuleRoutes, ispProfileRoutes, suppressionRoutes, deliveryLogRoutes, queueRoutes, dlqRoutes];
+  const groups = [credentialRoutes, dkimRoutes, orgLimitRoutes, poolRuleRoutes, ispProfileRoutes, ipReputationRoutes, suppressionRoutes, deliveryLogRoutes, queueRoutes, dlqRoutes];
   for (const group of groups) {
     await app.register(async (g: FastifyInstance) => group(g.withTypeProvider<TypeBoxTypeProvider>() as HttpApp, context));
   }

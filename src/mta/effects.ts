@@ -67,20 +67,20 @@ export async function applyEffects(d: EffectDeps, ctx: PipelineContext, result: 
     run('log', () => d.logs.append({ ...base, status: 'sent', code: result.code, response: result.response, mxHost: result.mxHost }));
     // Events are not awaited: the notifier posts in the background and owns retries.
     emit(d, 'sent', {
-        messageId: job.messageId,
-        jobId: ctx.jobId,
-        organizationId: job.organizationId,
-        campaignId: job.campaignId ?? null,
-        to: job.recipient,
-        domain: job.domain,
-        pool: ctx.pool,
-        ip: ip.address,
-        mxHost: result.mxHost,
-        smtpCode: result.code,
-        smtpResponse: result.response,
-        tls: result.tls,
-        attempt,
-      });
+      messageId: job.messageId,
+      jobId: ctx.jobId,
+      organizationId: job.organizationId,
+      campaignId: job.campaignId ?? null,
+      to: job.recipient,
+      domain: job.domain,
+      pool: ctx.pool,
+      ip: ip.address,
+      mxHost: result.mxHost,
+      smtpCode: result.code,
+      smtpResponse: result.response,
+      tls: result.tls,
+      attempt,
+    });
   } else if (result.status === 'bounced') {
     const kind: IntelKind = isBlocking(d.policy, result) ? 'block' : 'ok';
     run('breaker', () => d.breaker.record(job.organizationId, 'b', probe));

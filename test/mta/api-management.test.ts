@@ -24,6 +24,8 @@ const ROUTES: [string, string, unknown?][] = [
   ['POST', '/pool-rules', { organizationId: 'x', pool: 'campaign' }],
   ['GET', '/pool-rules/x'],
   ['DELETE', '/pool-rules/x'],
+  ['GET', '/ip-reputation'],
+  ['GET', '/ip-reputation/127.0.0.2'],
   ['GET', '/isp-profiles'],
   ['GET', '/isp-profiles/gmail.com'],
   ['PUT', '/isp-profiles/x.example', { defaultRate: 1, ceiling: 1, floor: 1, backoffFactor: 0.5, recoveryFactor: 2 }],
@@ -272,6 +274,25 @@ describe('/isp-profiles', () => {
       await second.close();
     }
     await t.call('DELETE', '/isp-profiles/yahoo.com');
+  });
+});
+
+describe('/ip-reputation', () => {
+  it('summarizes every configured IP: pools, eligibility, block mark, warming, recent outcomes', async () => {
+    await t.mta.context.stores.logs.append({ messageId: 'ipr-1', jobId: null, organizationId: 'o', recipient: 'a@b.example', domain: 'b.example', pool: 'campaign', ip: '127.0.0.3', status: 'sent', at: t.clock.now() });
+    await t.mta.context.state.ipStatus.markBlocked('127.0.0.4', 'listed', 'zen.example');
+    try {
+      const r = await t.call('GET', '/ip-reputation');
+      expect(r.body.data.map((v: any) => v.ip)).toEqual(['127.0.0.2', '127.0.0.3', '127.0.0.4']);
+      const [two, three, four] = r.body.data;
+      expect(two).toMatchObject({ ehloName: 'mta1.example.test', pools: ['transactional'], eligible: true, block: null, warming: { cap: 50 } });
+      expect(three.last24h).toMatchObject({ sent: 1 });
+      expect(four).toMatchObject({ eligible: false, block: { reason: 'listed', zone: 'zen.example' }, blocklist: { status: 'not_monitored' } });
+      expect((await t.call('GET', '/ip-reputation/127.0.0.4')).body.data.ip).toBe('127.0.0.4');
+      expect((await t.call('GET', '/ip-reputation/10.0.0.1')).status).toBe(404);
+    } finally {
+      await t.mta.context.state.ipStatus.unblock('127.0.0.4');
+    }
   });
 });
 

@@ -65,6 +65,11 @@ function readCursor(signer: Signer, token: string, now: number): ListCursor | Se
   invalidCursor();
 }
 
+/** The cursor the plain list hands out after `lastId` (benchmarks jump to any depth with it). */
+export function signListCursor(signer: Signer, lastId: string, expiresAt: number): string {
+  return signer.sign(CURSOR_PURPOSE, { m: 'l', i: lastId } satisfies ListCursor, { expiresAt });
+}
+
 export async function listContacts(db: Queryable, signer: Signer, input: ListInput, now: number): Promise<ContactPage> {
   const term = normalizeSearch(input.search);
   if (term.length > CONTACT_LIST.searchMaxLength) {
@@ -91,7 +96,7 @@ async function list(db: Queryable, signer: Signer, limit: number, cursor: ListCu
     pagination: {
       limit,
       totalItems: total,
-      cursor: more && last ? signer.sign(CURSOR_PURPOSE, { m: 'l', i: last.id } satisfies ListCursor, expires) : null,
+      cursor: more && last ? signListCursor(signer, last.id, expires.expiresAt) : null,
       isDone: !more,
     },
   };

@@ -19,10 +19,17 @@ import { adminTopicRoutes, topicMemberRoutes } from './topics.js';
 
 export { registerOpenApi } from './openapi.js';
 
-/** Bodies are JSON only: any other Content-Type is a 400 naming it (not a confusing type error). */
+/**
+ * Bodies are JSON only: any other Content-Type is a 400 naming it (not a confusing type
+ * error). An empty body on GET or DELETE is accepted, as many clients send the header anyway.
+ */
 function jsonOnly(scope: HttpApp): void {
+  const json = scope.getDefaultJsonParser('error', 'error');
   scope.removeAllContentTypeParsers();
-  scope.addContentTypeParser('application/json', { parseAs: 'string' }, scope.getDefaultJsonParser('error', 'error'));
+  scope.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    if (body === '' && (req.method === 'GET' || req.method === 'DELETE')) return done(null, undefined);
+    json(req, body as string, done);
+  });
 }
 
 export interface ApiArea {

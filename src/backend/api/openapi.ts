@@ -54,6 +54,16 @@ export async function registerOpenApi(app: HttpApp): Promise<void> {
       s.security ??= [];
       s.tags ??= [url.startsWith('/admin') ? 'admin' : 'meta'];
       s.operationId ??= operationId(String(route.method), url);
+      // Every /admin route is behind the admin guard (decisions.md), and a route that
+      // validates input can answer 400: where a route declares its responses but not these,
+      // add them in the envelope. (Routes declaring none keep the generated default.)
+      if (s.response) {
+        const responses: Record<string, unknown> = { ...(s.response as Record<string, unknown>) };
+        const envelope = { $ref: 'ErrorEnvelope#' };
+        if (url.startsWith('/admin')) responses['401'] ??= { ...envelope, description: 'unauthenticated: missing or wrong ADMIN_TOKEN' };
+        if (s.body || s.params || s.querystring) responses['400'] ??= { ...envelope, description: 'invalid_input' };
+        s.response = responses;
+      }
       return { schema: s as any, url };
     },
   });

@@ -7,7 +7,7 @@ import { deleteContact, findContact, insertContact, updateContact, type Contact 
 import { listContacts } from './contact-list.js';
 import { normalizeEmail } from './email-address.js';
 import { CONTACT_LIST } from './policy.js';
-import { API_ERRORS, ContactRef, errors, Pagination } from './schemas.js';
+import { API_ERRORS, ContactRef, errors } from './schemas.js';
 
 const Name = Type.Union([Type.String({ maxLength: 200 }), Type.Null()], { description: 'Empty string or null clears the field' });
 const CreateBody = Type.Object(

@@ -80,7 +80,7 @@ export function transactionalRoutes(app: HttpApp, d: ApiDeps): void {
 
       let subject = b.subject;
       let html = b.html;
-      let text = b.text;
+      const text = b.text;
       if (b.templateId !== undefined) {
         if (html !== undefined || text !== undefined) throw badInput('Give either templateId or html/text, not both', 'validation_error');
         const t = await d.db.query<{ subject: string; html: string }>(`SELECT subject, html FROM templates WHERE id = $1`, [b.templateId]);

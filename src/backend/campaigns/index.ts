@@ -2,18 +2,42 @@
 import type { HttpApp } from '../../shared/http.js';
 import type { Services } from '../../shared/services.js';
 import { adminGuard } from '../api/admin-auth.js';
+import type { PublicArea } from '../public/index.js';
+import { Fanout } from './fanout.js';
+import { campaignRoutes } from './routes.js';
 import { templateRoutes } from './templates.js';
+import { TransportResolver } from './transport.js';
 
 export interface CampaignsArea {
+  fanout: Fanout;
   start(): Promise<void>;
   stop(): Promise<void>;
 }
 
-export async function registerCampaigns(app: HttpApp, s: Services): Promise<CampaignsArea> {
+export async function registerCampaigns(app: HttpApp, s: Services, pub: Pick<PublicArea, 'signer' | 'links'>): Promise<CampaignsArea> {
   const guard = adminGuard(() => s.config.ADMIN_TOKEN);
+  const baseUrl = () => s.config.BASE_URL!.replace(/\/+$/, '');
+  const transports = new TransportResolver(s.config);
+  const fanout = new Fanout({
+    db: s.db,
+    clock: s.clock,
+    log: s.log.child({ area: 'campaigns' }),
+    signer: pub.signer,
+    links: pub.links,
+    transports,
+    baseUrl,
+    organizationName: s.config.ORGANIZATION_NAME,
+  });
   templateRoutes(app, { db: s.db, clock: s.clock, baseUrl: s.config.BASE_URL!, guard });
+  campaignRoutes(app, { db: s.db, clock: s.clock, guard, fanout, transports, baseUrl, organizationName: s.config.ORGANIZATION_NAME });
   return {
-    async start() {},
-    async stop() {},
+    fanout,
+    async start() {
+      await fanout.start();
+    },
+    async stop() {
+      await fanout.stop();
+      await transports.close();
+    },
   };
 }

@@ -71,7 +71,7 @@ export async function getTemplate(db: Db, id: string): Promise<Template> {
 }
 
 export function templateRoutes(app: HttpApp, d: TemplateDeps): void {
-  const admin = { preHandler: d.guard };
+  const admin = { onRequest: d.guard };
 
   app.post('/admin/templates', { ...admin, schema: { body: TemplateBody } }, async (req, reply) => {
     const b = req.body as Static<typeof TemplateBody>;

@@ -53,7 +53,7 @@ async function checkTopic(db: Db, topicId: string | null | undefined): Promise<v
 }
 
 export function formAdminRoutes(app: HttpApp, d: { db: Db; clock: Clock; guard: AdminGuard }): void {
-  const admin = { preHandler: d.guard };
+  const admin = { onRequest: d.guard };
 
   app.post('/admin/forms', { ...admin, schema: { body: CreateBody } }, async (req, reply) => {
     const b = req.body as Static<typeof CreateBody>;

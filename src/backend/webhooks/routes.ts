@@ -1,8 +1,8 @@
-/** Admin routes of outbound webhooks (decisions.md → Admin API). Bearer ADMIN_TOKEN on every route. */
+/** Admin routes of outbound webhooks (decisions.md → Admin API). Bearer ADMIN_TOKEN on every route (the backend's shared guard). */
 import { Type } from '@sinclair/typebox';
 import type { HttpApp } from '../../shared/http.js';
 import { MAX_URL_LENGTH } from '../../shared/net/target.js';
-import { adminAuth } from './admin-auth.js';
+import { adminGuard } from '../api/admin-auth.js';
 import type { WebhookService } from './service.js';
 
 const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
@@ -12,7 +12,7 @@ const Events = Type.Array(Type.String({ maxLength: 64 }), { minItems: 1, maxItem
 
 export function webhookAdminRoutes(app: HttpApp, service: WebhookService, getToken: () => string | undefined): void {
   app.register(async (scope: HttpApp) => {
-    scope.addHook('onRequest', adminAuth(getToken));
+    scope.addHook('onRequest', adminGuard(getToken));
 
     scope.post(
       '/admin/webhooks',

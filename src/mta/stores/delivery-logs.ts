@@ -159,6 +159,21 @@ export class DeliveryLogStore {
     };
   }
 
+  /** Attempt outcomes per sending IP since `from` (epoch ms): ip → status → count. */
+  async byIp(from: number): Promise<Map<string, Record<string, number>>> {
+    const res = await this.db.query<{ ip: string; status: string; n: number }>(
+      'SELECT ip, status, count(*)::bigint AS n FROM mta_delivery_log WHERE created_at >= $1 AND ip IS NOT NULL GROUP BY ip, status',
+      [new Date(from)],
+    );
+    const out = new Map<string, Record<string, number>>();
+    for (const r of res.rows) {
+      const m = out.get(r.ip) ?? {};
+      m[r.status] = Number(r.n);
+      out.set(r.ip, m);
+    }
+    return out;
+  }
+
   /** Deletes rows older than `before` (epoch ms), in batches; returns how many. */
   async prune(before: number): Promise<number> {
     let total = 0;

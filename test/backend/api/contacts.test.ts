@@ -126,7 +126,7 @@ describe('contacts', () => {
 
     it('DELETE answers 200 with the deleted contact id; then 404', async () => {
       const c = (await api.call('POST', '/api/v1/contacts', { key, body: { email: 'gone@example.com' } })).body.data;
-      const r = await api.call('DELETE', `/api/v1/contacts/${encodeURIComponent('gone@example.com')}`, { key });
+      const r = await api.call('DELETE', `/api/v1/contacts/${encodeURIComponent('gone@example.com')}`, { key, headers: { 'content-type': 'application/json' } });
       expect(r.status).toBe(200);
       expect(r.body).toEqual({ data: { id: c.id, email: 'gone@example.com', deleted: true } });
       expect((await api.call('GET', `/api/v1/contacts/${c.id}`, { key })).status).toBe(404);

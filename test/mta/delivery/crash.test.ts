@@ -48,8 +48,10 @@ afterAll(async () => {
 async function startMta(): Promise<{ proc: ChildProcess; url: string }> {
   const proc = fork(fileURLToPath(new URL('./crash-child.ts', import.meta.url)), [], {
     execArgv: ['--import', 'tsx'],
+    // Not process.env: vitest adds variables (BASE_URL=/ among them) that are not ours.
     env: {
-      ...process.env,
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
       NODE_ENV: 'test',
       LOG_LEVEL: 'silent',
       HOST: '127.0.0.1',

@@ -1,0 +1,147 @@
+/**
+ * Campaigns (admin API): POST /admin/campaigns creates a draft for a topic; POST
+ * /admin/campaigns/:id/send snapshots the archive, counts the eligible members and starts
+ * the durable fan-out (202). GET /admin/campaigns/:id shows progress.
+ */
+import { Type, type Static } from '@sinclair/typebox';
+import type { Clock } from '../../shared/clock.js';
+import { toIso } from '../../shared/clock.js';
+import { newId, randomString } from '../../shared/crypto.js';
+import type { Db } from '../../shared/db/pool.js';
+import { tx } from '../../shared/db/pool.js';
+import { badInput, conflict, notFound } from '../../shared/errors.js';
+import type { HttpApp } from '../../shared/http.js';
+import type { AdminGuard } from '../api/admin-auth.js';
+import { parseMailbox } from '../api/email-address.js';
+import { TRANSACTIONAL } from '../api/policy.js';
+import { ELIGIBLE_MEMBERS, type Fanout } from './fanout.js';
+import { compileCampaign, renderForArchive } from './render.js';
+import type { TransportResolver } from './transport.js';
+
+const CreateBody = Type.Object(
+  {
+    name: Type.Optional(Type.String({ maxLength: 200 })),
+    subject: Type.String({ minLength: 1, maxLength: TRANSACTIONAL.maxSubjectLength }),
+    html: Type.String({ minLength: 1, maxLength: TRANSACTIONAL.maxHtmlBytes }),
+    text: Type.Optional(Type.String({ maxLength: TRANSACTIONAL.maxTextBytes })),
+    previewText: Type.Optional(Type.String({ maxLength: 500 })),
+    from: Type.String({ minLength: 3, maxLength: 512 }),
+    topicId: Type.String({ minLength: 1, maxLength: 100 }),
+  },
+  { additionalProperties: false },
+);
+const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 100 }) });
+
+interface Row {
+  id: string;
+  name: string | null;
+  subject: string;
+  html: string;
+  text_body: string | null;
+  preview_text: string;
+  from_mailbox: string;
+  topic_id: string;
+  status: string;
+  archive_token: string | null;
+  recipients: number | null;
+  error: string | null;
+  created_at: Date;
+  updated_at: Date;
+  send_started_at: Date | null;
+  completed_at: Date | null;
+}
+
+export interface CampaignRouteDeps {
+  db: Db;
+  clock: Clock;
+  guard: AdminGuard;
+  fanout: Fanout;
+  transports: TransportResolver;
+  baseUrl: () => string;
+  organizationName: string;
+}
+
+export function campaignRoutes(app: HttpApp, d: CampaignRouteDeps): void {
+  const admin = { onRequest: d.guard };
+  const view = async (r: Row) => {
+    const counts = (
+      await d.db.query<{ status: string; n: number }>('SELECT status, count(*)::int AS n FROM campaign_recipients WHERE campaign_id = $1 GROUP BY status', [r.id])
+    ).rows;
+    const by = Object.fromEntries(counts.map((c) => [c.status, c.n]));
+    return {
+      id: r.id,
+      name: r.name,
+      subject: r.subject,
+      html: r.html,
+      text: r.text_body,
+      previewText: r.preview_text,
+      from: r.from_mailbox,
+      topicId: r.topic_id,
+      status: r.status,
+      archiveToken: r.archive_token,
+      archiveUrl: r.archive_token ? `${d.baseUrl()}/archive/${r.archive_token}` : null,
+      recipients: r.recipients,
+      progress: { queued: by.queued ?? 0, sent: by.sent ?? 0, failed: by.failed ?? 0, skipped: by.skipped ?? 0 },
+      error: r.error,
+      createdAt: toIso(r.created_at),
+      updatedAt: toIso(r.updated_at),
+      sendStartedAt: r.send_started_at ? toIso(r.send_started_at) : null,
+      completedAt: r.completed_at ? toIso(r.completed_at) : null,
+    };
+  };
+
+  app.post('/admin/campaigns', { ...admin, schema: { body: CreateBody } }, async (req, reply) => {
+    const b = req.body as Static<typeof CreateBody>;
+    const from = parseMailbox(b.from);
+    if (!from) throw badInput('from must be an address or "Name <address>"', 'validation_error');
+    const topic = await d.db.query('SELECT 1 FROM topics WHERE id = $1', [b.topicId]);
+    if (topic.rowCount === 0) throw badInput(`Unknown topic: ${b.topicId}`, 'validation_error');
+    const now = d.clock.now();
+    const r = await d.db.query<Row>(
+      `INSERT INTO campaigns (id, name, subject, html, text_body, preview_text, from_mailbox, topic_id, status, created_at, updated_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'draft', $9, $9) RETURNING *`,
+      [newId('cmp', now), b.name ?? null, b.subject, b.html, b.text ?? null, b.previewText ?? '', b.from.trim(), b.topicId, toIso(now)],
+    );
+    return reply.code(201).send({ data: await view(r.rows[0]!) });
+  });
+
+  app.get('/admin/campaigns', admin, async () => {
+    const r = await d.db.query<Row>('SELECT * FROM campaigns ORDER BY id DESC LIMIT 500');
+    return { data: await Promise.all(r.rows.map(view)) };
+  });
+
+  app.get('/admin/campaigns/:id', { ...admin, schema: { params: IdParams } }, async (req) => {
+    const r = await d.db.query<Row>('SELECT * FROM campaigns WHERE id = $1', [(req.params as Static<typeof IdParams>).id]);
+    if (!r.rows[0]) throw notFound('Campaign not found', 'campaign_not_found');
+    return { data: await view(r.rows[0]) };
+  });
+
+  app.post('/admin/campaigns/:id/send', { ...admin, schema: { params: IdParams } }, async (req, reply) => {
+    const { id } = req.params as Static<typeof IdParams>;
+    d.transports.resolve(); // no provider: 503 before anything is written
+    const now = d.clock.now();
+    const started = await tx(d.db, async (q) => {
+      const r = await q.query<Row & { topic_name: string }>(
+        'SELECT c.*, t.name AS topic_name FROM campaigns c JOIN topics t ON t.id = c.topic_id WHERE c.id = $1 FOR UPDATE OF c',
+        [id],
+      );
+      const c = r.rows[0];
+      if (!c) throw notFound('Campaign not found', 'campaign_not_found');
+      if (c.status !== 'draft') throw conflict(`This campaign was already sent (status ${c.status})`, 'campaign_already_sent');
+      const recipients = (await q.query<{ n: number }>(`SELECT count(*)::int AS n ${ELIGIBLE_MEMBERS}`, [c.topic_id])).rows[0]!.n;
+      const token = randomString(24);
+      const compiled = compileCampaign(c.html, c.text_body, { topic: c.topic_name, organization: d.organizationName });
+      await q.query(
+        `INSERT INTO campaign_archives (token, campaign_id, subject, html, organization_name, sent_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+        [token, c.id, c.subject, renderForArchive(compiled), d.organizationName, toIso(now)],
+      );
+      const u = await q.query<Row>(
+        `UPDATE campaigns SET status = 'sending', archive_token = $2, recipients = $3, send_started_at = $4, updated_at = $4 WHERE id = $1 RETURNING *`,
+        [c.id, token, recipients, toIso(now)],
+      );
+      return u.rows[0]!;
+    });
+    await d.fanout.enqueue(started.id);
+    return reply.code(202).send({ data: { id: started.id, status: started.status, archiveToken: started.archive_token, recipients: started.recipients } });
+  });
+}

@@ -1,0 +1,168 @@
+/**
+ * Handing campaign messages to the sending provider.
+ * - EMAIL_PROVIDER=mta: the MTA's `POST /send` with the email job of mta.md, `ipPool:
+ *   "campaign"` and the contact's `engagementScore` (omitted when unknown), over a keep-alive
+ *   connection pool sized to the fan-out concurrency: a campaign is tens of thousands of
+ *   requests in a row, and the REST API's per-message provider (fetch) neither carries the
+ *   score nor reuses connections as tightly.
+ * - any other provider: the REST API's provider resolution, one message at a time.
+ * The messageId of a job is the email_sends id, fixed per recipient before the first
+ * attempt: a message handed over again after a crash is the same job to the MTA, which
+ * de-duplicates on it.
+ */
+import { Agent, request as httpRequest } from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import type { Config } from '../../shared/config.js';
+import { closeProviders, ProviderError, resolveProvider, type EmailProvider } from '../api/sending/provider.js';
+import { FANOUT } from './policy.js';
+
+export interface CampaignMessage {
+  id: string;
+  to: string;
+  from: string;
+  subject: string;
+  html: string;
+  text?: string;
+  headers: Record<string, string>;
+  dkimDomain: string;
+  campaignId: string;
+  engagementScore?: number;
+}
+
+export interface HandOff {
+  providerMessageId: string | null;
+  messageId: string | null;
+}
+
+export interface CampaignTransport {
+  readonly name: string;
+  send(m: CampaignMessage): Promise<HandOff>;
+}
+
+export { ProviderError };
+
+export class MtaBulkTransport implements CampaignTransport {
+  readonly name = 'mta';
+  private readonly agent: Agent;
+  private readonly url: URL;
+
+  constructor(private readonly o: { url: string; apiKey: string; organizationId: string; timeoutMs: number; sockets: number }) {
+    this.url = new URL(`${o.url.replace(/\/+$/, '')}/send`);
+    const opts = { keepAlive: true, maxSockets: o.sockets, maxFreeSockets: o.sockets, scheduling: 'lifo' as const };
+    this.agent = this.url.protocol === 'https:' ? new HttpsAgent(opts) : new Agent(opts);
+  }
+
+  send(m: CampaignMessage): Promise<HandOff> {
+    const job: Record<string, unknown> = {
+      messageId: m.id,
+      to: m.to,
+      from: m.from,
+      subject: m.subject,
+      html: m.html,
+      ...(m.text !== undefined ? { text: m.text } : {}),
+      headers: m.headers,
+      ipPool: 'campaign',
+      organizationId: this.o.organizationId,
+      dkimDomain: m.dkimDomain,
+      campaignId: m.campaignId,
+      ...(m.engagementScore !== undefined ? { engagementScore: m.engagementScore } : {}),
+    };
+    const body = Buffer.from(JSON.stringify(job));
+    const request = this.url.protocol === 'https:' ? httpsRequest : httpRequest;
+    return new Promise<HandOff>((resolve, reject) => {
+      const req = request(
+        this.url,
+        {
+          method: 'POST',
+          agent: this.agent,
+          headers: { 'content-type': 'application/json', 'content-length': body.length, authorization: `Bearer ${this.o.apiKey}` },
+          timeout: this.o.timeoutMs,
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('error', (err) => reject(new ProviderError(`The MTA connection failed: ${err.message}`, true)));
+          res.on('end', () => {
+            const status = res.statusCode ?? 0;
+            let parsed: any = null;
+            try {
+              parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+            } catch {
+              // not JSON: reported by status below
+            }
+            if (status === 200 || status === 202) {
+              const id = parsed?.data?.messageId;
+              resolve({ providerMessageId: typeof id === 'string' ? id : m.id, messageId: null });
+              return;
+            }
+            const detail = typeof parsed?.error?.message === 'string' ? parsed.error.message : Buffer.concat(chunks).toString('utf8').slice(0, 200);
+            // 429 (back-pressure) and 5xx are transient; any other answer refuses this message.
+            reject(new ProviderError(`The MTA answered ${status}: ${detail}`, status === 429 || status >= 500));
+          });
+        },
+      );
+      req.on('timeout', () => req.destroy(new Error(`no answer within ${this.o.timeoutMs} ms`)));
+      req.on('error', (err) => reject(new ProviderError(`The MTA at ${this.url.origin} could not be reached: ${err.message}`, true)));
+      req.end(body);
+    });
+  }
+
+  close(): void {
+    this.agent.destroy();
+  }
+}
+
+/** Any provider of the REST API's resolution (no engagement score: only the MTA orders by it). */
+class ProviderTransport implements CampaignTransport {
+  constructor(private readonly p: EmailProvider) {}
+  get name(): string {
+    return this.p.name;
+  }
+  send(m: CampaignMessage): Promise<HandOff> {
+    return this.p.send({
+      id: m.id,
+      to: m.to,
+      from: m.from,
+      subject: m.subject,
+      html: m.html,
+      text: m.text,
+      headers: m.headers,
+      ipPool: 'campaign',
+      dkimDomain: m.dkimDomain,
+      campaignId: m.campaignId,
+    });
+  }
+}
+
+/**
+ * The transport for the current configuration (read each time: MTA_URL is filled in after
+ * start in `--role all`). Throws the REST API's 503 when no provider is configured.
+ */
+export class TransportResolver {
+  private mta: { key: string; t: MtaBulkTransport } | null = null;
+  private readonly providers = new Map<string, EmailProvider>();
+
+  constructor(private readonly config: Config) {}
+
+  resolve(): CampaignTransport {
+    const c = this.config;
+    if (c.EMAIL_PROVIDER === 'mta' && c.MTA_URL && c.MTA_API_KEY) {
+      const key = `${c.MTA_URL}|${c.MTA_API_KEY}|${c.ORGANIZATION_ID}`;
+      if (this.mta?.key !== key) {
+        this.mta?.t.close();
+        this.mta = {
+          key,
+          t: new MtaBulkTransport({ url: c.MTA_URL, apiKey: c.MTA_API_KEY, organizationId: c.ORGANIZATION_ID, timeoutMs: FANOUT.providerTimeoutMs, sockets: FANOUT.concurrency }),
+        };
+      }
+      return this.mta.t;
+    }
+    return new ProviderTransport(resolveProvider(c, this.providers, { timeoutMs: FANOUT.providerTimeoutMs }));
+  }
+
+  async close(): Promise<void> {
+    this.mta?.t.close();
+    this.mta = null;
+    await closeProviders(this.providers);
+  }
+}

@@ -1,0 +1,251 @@
+/** POST /api/v1/events and POST /api/v1/transactional, with the MTA and SMTP relay providers. */
+import { simpleParser } from 'mailparser';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { EmittedEvent } from '../../../src/backend/events.js';
+import { ManualClock } from '../../../src/shared/clock.js';
+import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receiver.js';
+import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
+import { startApi, type Api } from './helpers.js';
+
+const MTA_KEY = 'lm_mta_test_master_key_0123456789abcdef';
+
+describe('events and transactional', () => {
+  let api: Api;
+  let key: string;
+  let mta: HttpReceiver;
+  let sink: SmtpSink;
+  const clock = new ManualClock();
+  const emitted: EmittedEvent[] = [];
+  const count = async (table: string) => (await api.app.db.pool.query(`SELECT count(*) AS n FROM ${table}`)).rows[0].n as number;
+
+  beforeAll(async () => {
+    mta = await startHttpReceiver({ respond: () => ({ status: 202, body: { data: { jobId: 'job_1', messageId: 'mta-1', status: 'queued' } } }) });
+    sink = await startSmtpSink();
+    api = await startApi({ clock, tickMs: 200, env: { MTA_API_KEY: MTA_KEY } });
+    api.app.backend!.app.events.subscribe((e) => {
+      emitted.push(e);
+    });
+    key = await api.key(['events:write', 'transactional:send', 'contacts:write']);
+  });
+  afterAll(async () => {
+    await api?.close();
+    await mta?.close();
+    await sink?.close();
+  });
+  beforeEach(() => {
+    mta.reset();
+    sink.reset();
+    emitted.length = 0;
+    api.app.config.EMAIL_PROVIDER = 'mta';
+    api.app.config.MTA_URL = mta.url;
+  });
+
+  describe('events', () => {
+    it('records an event for a new email, creating the contact (source api, contact.created emitted)', async () => {
+      const r = await api.call('POST', '/api/v1/events', { key, body: { email: 'Buyer@Example.com', eventName: 'purchase', eventProperties: { plan: 'pro', amount: 49.5, trial: false, coupon: null } } });
+      expect(r.status).toBe(202);
+      const { id, contactId, eventName, createdAt } = r.body.data;
+      expect(id).toMatch(/^ev_/);
+      expect(eventName).toBe('purchase');
+      expect(createdAt).toBe(new Date(clock.now()).toISOString());
+      const c = (await api.app.db.pool.query('SELECT email, source FROM contacts WHERE id = $1', [contactId])).rows[0];
+      expect(c).toEqual({ email: 'Buyer@example.com', source: 'api' });
+      const row = (await api.app.db.pool.query('SELECT * FROM contact_events WHERE id = $1', [id])).rows[0];
+      expect(row).toMatchObject({ contact_id: contactId, name: 'purchase', properties: { plan: 'pro', amount: 49.5, trial: false, coupon: null } });
+      expect(emitted.map((e) => e.name)).toEqual(['contact.created']);
+      expect(emitted[0].data).toMatchObject({ id: contactId, email: 'Buyer@example.com', source: 'api', formId: null });
+
+      const second = await api.call('POST', '/api/v1/events', { key, body: { contactId, eventName: 'login' } });
+      expect(second.status).toBe(202);
+      expect(second.body.data.contactId).toBe(contactId);
+      const third = await api.call('POST', '/api/v1/events', { key, body: { email: 'buyer@example.com', eventName: 'logout' } });
+      expect(third.body.data.contactId).toBe(contactId);
+      expect(emitted.length).toBe(1);
+    });
+
+    it('unknown contactId is 404; bad bodies are 400 and record nothing', async () => {
+      const before = await count('contact_events');
+      expect((await api.call('POST', '/api/v1/events', { key, body: { contactId: 'ct_nope', eventName: 'x' } })).status).toBe(404);
+      const bad = [
+        { eventName: 'x' },
+        { email: 'a@example.com', contactId: 'ct_1', eventName: 'x' },
+        { email: 'a@example.com' },
+        { email: 'a@example.com', eventName: '' },
+        { email: 'a@example.com', eventName: '   ' },
+        { email: 'nope', eventName: 'x' },
+        { email: 'a@example.com', eventName: 'x', eventProperties: { nested: { a: 1 } } },
+        { email: 'a@example.com', eventName: 'x', eventProperties: { list: [1] } },
+        { email: 'a@example.com', eventName: 'x', eventProperties: Object.fromEntries(Array.from({ length: 101 }, (_, i) => [`k${i}`, i])) },
+        { email: 'a@example.com', eventName: 'x', extra: true },
+      ];
+      for (const body of bad) {
+        const r = await api.call('POST', '/api/v1/events', { key, body });
+        expect(r.status, JSON.stringify(body).slice(0, 80)).toBe(400);
+        expect(r.body.error.category).toBe('invalid_input');
+      }
+      expect(await count('contact_events')).toBe(before);
+      expect((await api.call('GET', `/api/v1/contacts/${encodeURIComponent('a@example.com')}`, { key: await api.key(['contacts:read']) })).status).toBe(404);
+    });
+
+    it('Idempotency-Key: same request returns the first event; a different one is 409; a bad key is 400', async () => {
+      const body = { email: 'idem@example.com', eventName: 'signup', eventProperties: { a: 1, b: 'x' } };
+      const h = { 'idempotency-key': 'evt-key-1' };
+      const a = await api.call('POST', '/api/v1/events', { key, body, headers: h });
+      const b = await api.call('POST', '/api/v1/events', { key, body: { eventProperties: { b: 'x', a: 1 }, eventName: 'signup', email: 'idem@example.com' }, headers: h });
+      expect(a.status).toBe(202);
+      expect(b.status).toBe(202);
+      expect(b.body).toEqual(a.body);
+      expect((await api.app.db.pool.query(`SELECT count(*) AS n FROM contact_events WHERE idempotency_key = 'evt-key-1'`)).rows[0].n).toBe(1);
+      const c = await api.call('POST', '/api/v1/events', { key, body: { ...body, eventName: 'other' }, headers: h });
+      expect(c.status).toBe(409);
+      expect(c.body.error.data.reason).toBe('idempotency_key_reused');
+      expect((await api.call('POST', '/api/v1/events', { key, body, headers: { 'idempotency-key': 'has space' } })).status).toBe(400);
+    });
+  });
+
+  describe('transactional', () => {
+    const mail = { to: 'reader@example.com', from: 'Acme <hello@acme.test>', subject: 'Your receipt', html: '<p>Thanks</p>', text: 'Thanks' };
+
+    it('sends through the MTA: 202 with an id, the job of mta.md with ipPool transactional', async () => {
+      await api.call('POST', '/api/v1/contacts', { key, body: { email: 'reader@example.com' } });
+      const r = await api.call('POST', '/api/v1/transactional', {
+        key,
+        body: { ...mail, to: ['Reader@Example.com'], replyTo: 'support@acme.test', headers: { 'X-Campaign-Tag': 'receipts' } },
+      });
+      expect(r.status, JSON.stringify(r.body)).toBe(202);
+      expect(r.body.data).toEqual({ id: expect.stringMatching(/^es_/), status: 'accepted' });
+      expect(mta.requests.length).toBe(1);
+      expect(mta.requests[0].url).toBe('/send');
+      expect(mta.requests[0].headers.authorization).toBe(`Bearer ${MTA_KEY}`);
+      expect(JSON.parse(mta.requests[0].rawBody.toString())).toEqual({
+        messageId: r.body.data.id,
+        to: 'Reader@example.com',
+        from: 'Acme <hello@acme.test>',
+        subject: 'Your receipt',
+        html: '<p>Thanks</p>',
+        text: 'Thanks',
+        replyTo: 'support@acme.test',
+        headers: { 'X-Campaign-Tag': 'receipts' },
+        ipPool: 'transactional',
+        organizationId: 'default',
+        dkimDomain: 'acme.test',
+      });
+      const row = (await api.app.db.pool.query('SELECT * FROM email_sends WHERE id = $1', [r.body.data.id])).rows[0];
+      expect(row).toMatchObject({ type: 'transactional', status: 'accepted', provider: 'mta', provider_message_id: 'mta-1', from_email: 'hello@acme.test', subject: 'Your receipt' });
+      expect(row.contact_id).toMatch(/^ct_/);
+    });
+
+    it('fails closed: EMAIL_PROVIDER unset, unsupported or incomplete → 503 with a clear message, nothing recorded or sent', async () => {
+      const before = await count('email_sends');
+      const cases: [string | undefined, string, string][] = [
+        [undefined, 'no_email_provider', 'EMAIL_PROVIDER'],
+        ['ses', 'provider_unsupported', 'not supported'],
+        ['smtp', 'provider_misconfigured', 'SMTP_RELAY_URL'],
+      ];
+      for (const [provider, reason, text] of cases) {
+        api.app.config.EMAIL_PROVIDER = provider as any;
+        api.app.config.SMTP_RELAY_URL = undefined;
+        const r = await api.call('POST', '/api/v1/transactional', { key, body: mail });
+        expect(r.status).toBe(503);
+        expect(r.body.error).toMatchObject({ category: 'unavailable', data: { reason } });
+        expect(r.body.error.message).toContain(text);
+      }
+      api.app.config.EMAIL_PROVIDER = 'mta';
+      api.app.config.MTA_URL = undefined;
+      expect((await api.call('POST', '/api/v1/transactional', { key, body: mail })).body.error.data.reason).toBe('provider_misconfigured');
+      expect(await count('email_sends')).toBe(before);
+      expect(mta.requests.length).toBe(0);
+    });
+
+    it('renders a stored template with variables (escaped in HTML); missing variables and unknown templates are refused', async () => {
+      await api.app.db.pool.query(
+        `INSERT INTO templates (id, name, subject, html, created_at, updated_at) VALUES ('tpl_1', 'Reset', 'Hi {{ name }}', '<p>Code {{code}} for {{ name }}</p>', now(), now())`,
+      );
+      const r = await api.call('POST', '/api/v1/transactional', { key, body: { to: 'x@example.com', from: 'a@acme.test', templateId: 'tpl_1', variables: { name: 'Ann <b>', code: 1234 } } });
+      expect(r.status, JSON.stringify(r.body)).toBe(202);
+      const job = JSON.parse(mta.requests[0].rawBody.toString());
+      expect(job.subject).toBe('Hi Ann <b>');
+      expect(job.html).toBe('<p>Code 1234 for Ann &lt;b&gt;</p>');
+      const missing = await api.call('POST', '/api/v1/transactional', { key, body: { to: 'x@example.com', from: 'a@acme.test', templateId: 'tpl_1', variables: { name: 'A' } } });
+      expect(missing.status).toBe(400);
+      expect(missing.body.error.message).toBe('Missing variables: code');
+      expect((await api.call('POST', '/api/v1/transactional', { key, body: { to: 'x@example.com', from: 'a@acme.test', templateId: 'tpl_nope' } })).status).toBe(404);
+      expect((await api.call('POST', '/api/v1/transactional', { key, body: { to: 'x@example.com', from: 'a@acme.test', templateId: 'tpl_1', html: '<p/>' } })).status).toBe(400);
+      expect(mta.requests.length).toBe(1);
+    });
+
+    it('refuses bad input with 400 before anything is sent', async () => {
+      const bad: Record<string, unknown>[] = [
+        { ...mail, to: 'not-an-address' },
+        { ...mail, to: ['a@example.com', 'b@example.com'] },
+        { ...mail, from: 'Acme hello@acme.test' },
+        { ...mail, from: 'Acme <hello@acme.test>\r\nBcc: x@evil.test' },
+        { ...mail, replyTo: 'nope' },
+        { ...mail, subject: undefined },
+        { to: mail.to, from: mail.from, subject: 's' },
+        { ...mail, headers: { Bcc: 'x@evil.test' } },
+        { ...mail, headers: { 'X-Ok': 'a\r\nBcc: x@evil.test' } },
+        { ...mail, headers: { 'Bad Name': 'v' } },
+        { ...mail, cc: ['x@example.com'] },
+        { ...mail, attachments: [] },
+        { ...mail, subject: 'Hi {{name}}' },
+      ];
+      for (const body of bad) {
+        const r = await api.call('POST', '/api/v1/transactional', { key, body });
+        expect(r.status, JSON.stringify(body).slice(0, 120)).toBe(400);
+        expect(r.body.error.category).toBe('invalid_input');
+      }
+      expect(mta.requests.length).toBe(0);
+    });
+
+    it('Idempotency-Key: replays the first send; a different request is 409; a refused send is retried under the same id', async () => {
+      const h = { 'idempotency-key': 'order-42' };
+      const a = await api.call('POST', '/api/v1/transactional', { key, body: mail, headers: h });
+      const b = await api.call('POST', '/api/v1/transactional', { key, body: mail, headers: h });
+      expect(a.status).toBe(202);
+      expect(b.status).toBe(202);
+      expect(b.body.data.id).toBe(a.body.data.id);
+      expect(mta.requests.length).toBe(1);
+      const c = await api.call('POST', '/api/v1/transactional', { key, body: { ...mail, subject: 'Other' }, headers: h });
+      expect(c.status).toBe(409);
+      expect(c.body.error.data.reason).toBe('idempotency_key_reused');
+
+      const h2 = { 'idempotency-key': 'order-43' };
+      mta.respondWith([{ status: 503, body: { error: { message: 'all IPs blocked', category: 'unavailable' } } }]);
+      const d = await api.call('POST', '/api/v1/transactional', { key, body: mail, headers: h2 });
+      expect(d.status).toBe(503);
+      expect(d.body.error.data.reason).toBe('provider_error');
+      const failed = (await api.app.db.pool.query(`SELECT id, status FROM email_sends WHERE idempotency_key = 'order-43'`)).rows;
+      expect(failed).toEqual([{ id: expect.any(String), status: 'failed' }]);
+      const e = await api.call('POST', '/api/v1/transactional', { key, body: mail, headers: h2 });
+      expect(e.status).toBe(202);
+      expect(e.body.data.id).toBe(failed[0].id);
+      const jobs = mta.requests.slice(-2).map((r) => JSON.parse(r.rawBody.toString()).messageId);
+      expect(jobs).toEqual([failed[0].id, failed[0].id]);
+    });
+
+    it('sends through a generic SMTP relay (EMAIL_PROVIDER=smtp) and maps a 5xx to 503 provider_rejected', async () => {
+      api.app.config.EMAIL_PROVIDER = 'smtp';
+      api.app.config.SMTP_RELAY_URL = `smtp://127.0.0.1:${sink.port}`;
+      const r = await api.call('POST', '/api/v1/transactional', { key, body: { ...mail, headers: { 'X-Tag': 'relay' } } });
+      expect(r.status, JSON.stringify(r.body)).toBe(202);
+      const [m] = await sink.waitForMessages(1);
+      expect(m.rcptTo).toEqual(['reader@example.com']);
+      expect(m.mailFrom).toBe('hello@acme.test');
+      const parsed = await simpleParser(m.data);
+      expect(parsed.subject).toBe('Your receipt');
+      expect(parsed.headers.get('x-tag')).toBe('relay');
+      expect(parsed.headers.get('x-lettermill-send-id')).toBe(r.body.data.id);
+      expect(parsed.text?.trim()).toBe('Thanks');
+      const row = (await api.app.db.pool.query('SELECT provider, status, provider_message_id FROM email_sends WHERE id = $1', [r.body.data.id])).rows[0];
+      expect(row).toMatchObject({ provider: 'smtp', status: 'accepted' });
+      expect(row.provider_message_id).toBe(parsed.messageId);
+
+      sink.failNext({ stage: 'rcpt', code: 550, message: '5.1.1 No such user' });
+      const bad = await api.call('POST', '/api/v1/transactional', { key, body: mail });
+      expect(bad.status).toBe(503);
+      expect(bad.body.error.data.reason).toBe('provider_rejected');
+      expect(bad.body.error.message).toContain('No such user');
+    });
+  });
+});
