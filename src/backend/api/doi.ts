@@ -5,7 +5,7 @@
  */
 import type { Signer, VerifyResult } from '../../shared/signing.js';
 import type { Config } from '../../shared/config.js';
-import { badInput } from '../../shared/errors.js';
+import { unavailable } from '../../shared/errors.js';
 import type { SendOutcome, SendService } from './sending/send.js';
 import { formatMailbox, parseMailbox } from './email-address.js';
 import { DOUBLE_OPT_IN } from './policy.js';
@@ -54,7 +54,7 @@ export function doiEmail(o: { topicName: string; organizationName: string; url: 
 /** Sender of system emails: EMAIL_FROM, else no-reply@ the BASE_URL host. */
 export function systemFrom(config: Pick<Config, 'EMAIL_FROM' | 'BASE_URL' | 'ORGANIZATION_NAME'>): { from: string; address: string } {
   const configured = config.EMAIL_FROM ? parseMailbox(config.EMAIL_FROM) : null;
-  if (config.EMAIL_FROM && !configured) throw badInput('EMAIL_FROM is not a valid mailbox', 'email_from_invalid');
+  if (config.EMAIL_FROM && !configured) throw unavailable('EMAIL_FROM is not a valid mailbox (a@example.com or Name <a@example.com>)', 'email_from_invalid');
   const host = new URL(config.BASE_URL ?? 'http://localhost').hostname;
   const mailbox = configured ?? { name: config.ORGANIZATION_NAME, address: `no-reply@${host}` };
   return { from: formatMailbox({ name: mailbox.name ?? config.ORGANIZATION_NAME, address: mailbox.address }), address: mailbox.address };

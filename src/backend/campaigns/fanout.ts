@@ -1,22 +1,25 @@
 /**
  * The campaign fan-out: one durable job per campaign on the shared queue (group key = the
  * campaign, so one instance works on a campaign at a time). Each run is a slice of at most
- * FANOUT.sliceMs and re-queues itself; a stopping instance ends the slice after the batch in
- * flight:
- *   1. while campaign sending is paused (circuit breaker): defer;
- *   2. materialize: copy eligible members into campaign_recipients in keyset chunks, each
- *      chunk in one transaction with the cursor (idempotent: ON CONFLICT DO NOTHING);
- *   3. send: take queued recipients in id order, re-check eligibility (unsubscribed,
- *      suppressed or removed since → skipped), render, write their email_sends rows
- *      (`sending`), hand over concurrently, then record every outcome in one transaction.
- * Restart safety: a recipient leaves `queued` only in the transaction that records its
- * hand-over, so a stop or crash never loses one; a clean stop finishes the batch in flight,
- * so nothing is handed over twice. After a hard crash the batch in flight is handed over
- * again under the same messageId (the email_sends id), which the MTA de-duplicates.
+ * FANOUT.sliceMs that re-queues itself; a stopping instance ends its slice after the batch
+ * in flight.
+ *
+ * A slice walks the topic's eligible members (active, not waiting for double opt-in, not
+ * suppressed — checked when each batch is read, so who left meanwhile is not sent to) in
+ * contact-id order from the campaign's cursor, in batches: render, write the email_sends
+ * rows (`sending`), hand over concurrently, then record the outcomes and move the cursor in
+ * one transaction. The next batch is read, rendered and written while the current one is
+ * handed over (the database works while this process talks to the provider).
+ *
+ * Restart safety: the cursor moves only in the transaction that records a batch, so a stop
+ * or crash loses no one. Each message's email_sends id is derived from (campaign, contact):
+ * a batch handed over again after a crash has the same ids (the MTA de-duplicates on the
+ * job's messageId) and its rows are not duplicated; a clean stop finishes the batch in
+ * flight and hands nothing over twice.
  */
+import { createHash, createHmac } from 'node:crypto';
 import type { Clock } from '../../shared/clock.js';
 import { toIso } from '../../shared/clock.js';
-import { newId } from '../../shared/crypto.js';
 import type { Db } from '../../shared/db/pool.js';
 import { tx } from '../../shared/db/pool.js';
 import type { Logger } from '../../shared/log.js';
@@ -27,10 +30,9 @@ import type { Signer } from '../../shared/signing.js';
 import { domainOf, parseMailbox } from '../api/email-address.js';
 import { isCampaignSendingPaused } from '../feedback/sending-pause.js';
 import type { LinkSigner } from '../public/tracked-links.js';
-import { insertEngagementRows } from '../public/tracking-recorder.js';
 import { preferencesToken, unsubscribeToken } from '../public/tokens.js';
 import { CAMPAIGN_QUEUE, ENGAGEMENT, engagementScore, FANOUT } from './policy.js';
-import { compileCampaign, renderForRecipient, type CompiledCampaign } from './render.js';
+import { compileCampaign, linkParts, renderForRecipient, type CompiledCampaign } from './render.js';
 import { ProviderError, type CampaignMessage, type CampaignTransport, type HandOff, type TransportResolver } from './transport.js';
 
 export interface FanoutJob {
@@ -48,7 +50,7 @@ export interface FanoutDeps {
   organizationName: string;
 }
 
-/** Members who get a campaign: active, not waiting for double opt-in, not suppressed. */
+/** Members who get a campaign ($1 = topic): active, not waiting for double opt-in, not suppressed. */
 export const ELIGIBLE_MEMBERS = `
   FROM topic_memberships m JOIN contacts c ON c.id = m.contact_id
  WHERE m.topic_id = $1 AND m.unsubscribed_at IS NULL AND m.doi_status IN ('confirmed', 'not_required')
@@ -64,36 +66,54 @@ interface CampaignRow {
   topic_name: string;
   status: string;
   archive_token: string;
-  materialized: boolean;
-  materialized_through: string | null;
+  cursor_contact: string | null;
+  send_started_at: Date;
 }
 
-interface RecipientRow {
-  contact_id: string;
-  send_id: string;
+/** What every message of a campaign shares, computed once. */
+interface CampaignContext {
+  row: CampaignRow;
+  compiled: CompiledCampaign;
+  linkParts: string[];
+  fromAddress: string;
+  dkimDomain: string;
+  listId: string;
+}
+
+/** A member about to get the campaign: what the message is made from. */
+interface Recipient {
+  id: string;
+  contactId: string;
   email: string;
-  eligible: boolean;
+  engagementScore: number | undefined;
 }
 
-export function createFanoutQueue(d: Pick<FanoutDeps, 'db' | 'clock'>): Queue<FanoutJob> {
-  return new Queue<FanoutJob>({ db: d.db, clock: d.clock, options: CAMPAIGN_QUEUE });
+interface Batch {
+  /** In contact-id order. */
+  items: Recipient[];
+  /** The last member read. */
+  last: string | null;
+  /** Fewer members than a batch were left. */
+  done: boolean;
 }
+
+type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
+
+const CROCKFORD = '0123456789abcdefghjkmnpqrstvwxyz';
 
 export class Fanout {
   readonly queue: Queue<FanoutJob>;
   private readonly worker: Worker<FanoutJob>;
-  private readonly compiled = new Map<string, CompiledCampaign>();
+  private readonly contexts = new Map<string, CampaignContext>();
+  private readonly idKey: Buffer;
   /** Set by stop(): a running slice ends after the batch in flight. */
   private stopping = false;
 
   constructor(private readonly d: FanoutDeps) {
-    this.queue = createFanoutQueue(d);
-    this.worker = new Worker<FanoutJob>({
-      queue: this.queue,
-      handler: (job) => this.run(job),
-      concurrency: FANOUT.workerConcurrency,
-      log: d.log,
-    });
+    this.queue = new Queue<FanoutJob>({ db: d.db, clock: d.clock, options: CAMPAIGN_QUEUE });
+    this.worker = new Worker<FanoutJob>({ queue: this.queue, handler: (job) => this.run(job), concurrency: FANOUT.workerConcurrency, log: d.log });
+    // Send ids must be the same on every attempt yet unguessable: keyed by the instance signing key.
+    this.idKey = createHash('sha256').update(d.signer.sign('lettermill/campaign-send-ids/v1', 'key')).digest();
   }
 
   async start(): Promise<void> {
@@ -112,54 +132,87 @@ export class Fanout {
     return this.queue.enqueue({ groupKey: `campaign:${campaignId}`, payload: { campaignId }, dedupeKey: `campaign:${campaignId}` });
   }
 
+  /** `es_<time of the send start><16 chars of HMAC(campaign, contact)>`: the shape of every email_sends id. */
+  sendId(campaignId: string, startedAt: number, contactId: string): string {
+    let t = startedAt;
+    let time = '';
+    for (let i = 0; i < 10; i++) {
+      time = CROCKFORD[t % 32] + time;
+      t = Math.floor(t / 32);
+    }
+    const h = createHmac('sha256', this.idKey).update(campaignId).update('\0').update(contactId).digest();
+    let rand = '';
+    for (let i = 0; i < 16; i++) {
+      const bit = i * 5;
+      const v = ((h[bit >> 3]! << 8) | h[(bit >> 3) + 1]!) >> (11 - (bit & 7));
+      rand += CROCKFORD[v & 31];
+    }
+    return `es_${time}${rand}`;
+  }
+
   /** One slice of a campaign's fan-out. */
   async run(job: Job<FanoutJob>): Promise<JobOutcome> {
-    const started = this.d.clock.now();
     const deadline = performance.now() + FANOUT.sliceMs;
-    const c = (
+    const row = (
       await this.d.db.query<CampaignRow>(
         `SELECT c.id, c.subject, c.html, c.text_body, c.from_mailbox, c.topic_id, t.name AS topic_name, c.status, c.archive_token,
-                c.materialized, c.materialized_through
+                c.cursor_contact, c.send_started_at
            FROM campaigns c JOIN topics t ON t.id = c.topic_id WHERE c.id = $1`,
         [job.payload.campaignId],
       )
     ).rows[0];
-    if (!c || c.status !== 'sending') return { type: 'complete' };
+    if (!row || row.status !== 'sending') {
+      this.contexts.delete(job.payload.campaignId);
+      return { type: 'complete' };
+    }
     if (await isCampaignSendingPaused(this.d.db)) {
-      this.d.log.warn({ campaignId: c.id }, 'campaign sending is paused (circuit breaker); the campaign waits');
+      this.d.log.warn({ campaignId: row.id }, 'campaign sending is paused (circuit breaker); the campaign waits');
       return { type: 'defer', delayMs: FANOUT.pausedRecheckMs, reason: 'campaign sending paused by the circuit breaker' };
     }
-
     let transport: CampaignTransport;
     try {
       transport = this.d.transports.resolve();
     } catch (err) {
-      return this.retryOrFail(job, c.id, `no provider: ${(err as Error).message}`);
+      return this.retryOrFail(job, row.id, `no provider: ${(err as Error).message}`);
     }
-
-    let materialized = c.materialized;
-    let cursor = c.materialized_through;
+    const ctx = this.context(row);
     const more = () => performance.now() < deadline && !this.stopping;
-    while (!materialized && more()) {
-      ({ done: materialized, cursor } = await this.materializeChunk(c, cursor));
-    }
-    if (!materialized) return { type: 'defer', delayMs: 0, reason: 'materializing recipients' };
 
-    const compiled = this.compile(c);
-    while (more()) {
-      const r = await this.sendBatch(c, compiled, transport);
-      if (r.transientError) return this.retryOrFail(job, c.id, r.transientError);
-      if (r.remaining === 0) {
-        await this.d.db.query(`UPDATE campaigns SET status = 'sent', completed_at = $2, updated_at = $2 WHERE id = $1 AND status = 'sending'`, [
-          c.id,
-          toIso(this.d.clock.now()),
-        ]);
-        this.compiled.delete(c.id);
-        this.d.log.info({ campaignId: c.id, ms: this.d.clock.now() - started }, 'campaign handed over completely');
-        return { type: 'complete' };
+    let next: Promise<Batch> | null = this.prepare(ctx, row.cursor_contact, transport);
+    let recording: Promise<void> = Promise.resolve();
+    try {
+      while (next) {
+        const batch: Batch = await next;
+        next = !batch.done && more() ? this.prepare(ctx, batch.last, transport) : null;
+        next?.catch(() => {}); // awaited in the next round; a failure surfaces there
+        const results = await handOver(batch.items.length, (i) => transport.send(this.message(ctx, batch.items[i]!, transport)), FANOUT.concurrency);
+        await recording; // batches are recorded in order: the cursor never skips one
+        const transient = results.find((r) => !r.ok && !(r.error instanceof ProviderError && !r.error.retryable));
+        recording = this.record(ctx, batch, results);
+        if (transient) {
+          await recording;
+          const e = (transient as { error: unknown }).error;
+          return this.retryOrFail(job, row.id, e instanceof Error ? e.message : String(e));
+        }
+        if (batch.done) {
+          await recording;
+          await this.d.db.query(`UPDATE campaigns SET status = 'sent', completed_at = $2, updated_at = $2 WHERE id = $1 AND status = 'sending'`, [
+            row.id,
+            toIso(this.d.clock.now()),
+          ]);
+          this.contexts.delete(row.id);
+          this.d.log.info({ campaignId: row.id }, 'campaign handed over completely');
+          return { type: 'complete' };
+        }
       }
+      await recording;
+      return { type: 'defer', delayMs: 0, reason: 'next slice' };
+    } finally {
+      // A batch prepared but not handed over keeps its `sending` rows; the cursor did not
+      // pass it, so the next slice prepares it again (same ids, rows kept as they are).
+      await next?.catch(() => {});
+      await recording.catch(() => {});
     }
-    return { type: 'defer', delayMs: 0, reason: 'next slice' };
   }
 
   private async retryOrFail(job: Job<FanoutJob>, campaignId: string, error: string): Promise<JobOutcome> {
@@ -174,164 +227,159 @@ export class Fanout {
     return { type: 'retry', error };
   }
 
-  private compile(c: CampaignRow): CompiledCampaign {
-    let compiled = this.compiled.get(c.id);
-    if (!compiled) {
-      compiled = compileCampaign(c.html, c.text_body, { topic: c.topic_name, organization: this.d.organizationName });
-      this.compiled.set(c.id, compiled);
-    }
-    return compiled;
-  }
-
-  private async materializeChunk(c: CampaignRow, cursor: string | null): Promise<{ done: boolean; cursor: string | null }> {
-    const rows = (
-      await this.d.db.query<{ contact_id: string; email: string }>(
-        `SELECT m.contact_id, c.email ${ELIGIBLE_MEMBERS} AND m.contact_id > $2 ORDER BY m.contact_id LIMIT $3`,
-        [c.topic_id, cursor ?? '', FANOUT.materializeChunk],
-      )
-    ).rows;
-    const done = rows.length < FANOUT.materializeChunk;
-    const next = rows.length ? rows[rows.length - 1]!.contact_id : cursor;
-    const now = this.d.clock.now();
-    await tx(this.d.db, async (q) => {
-      if (rows.length) {
-        await q.query(
-          `INSERT INTO campaign_recipients (campaign_id, contact_id, send_id, email, status, updated_at)
-           SELECT $1, t.contact_id, t.send_id, t.email, 'queued', $5 FROM unnest($2::text[], $3::text[], $4::text[]) AS t(contact_id, send_id, email)
-           ON CONFLICT (campaign_id, contact_id) DO NOTHING`,
-          [c.id, rows.map((r) => r.contact_id), rows.map(() => newId('es', now)), rows.map((r) => r.email), toIso(now)],
-        );
-      }
-      await q.query(`UPDATE campaigns SET materialized_through = $2, materialized = $3, updated_at = $4 WHERE id = $1`, [c.id, next, done, toIso(now)]);
-    });
-    return { done, cursor: next };
-  }
-
-  /** Hands over one batch; returns how many were queued before it (0: nothing left). */
-  private async sendBatch(c: CampaignRow, compiled: CompiledCampaign, transport: CampaignTransport): Promise<{ remaining: number; transientError?: string }> {
-    const rows = (
-      await this.d.db.query<RecipientRow>(
-        `SELECT r.contact_id, r.send_id, COALESCE(ct.email, r.email) AS email,
-                (ct.id IS NOT NULL AND m.unsubscribed_at IS NULL AND m.doi_status IN ('confirmed', 'not_required') AND s.email IS NULL) AS eligible
-           FROM campaign_recipients r
-           LEFT JOIN contacts ct ON ct.id = r.contact_id
-           LEFT JOIN topic_memberships m ON m.topic_id = $2 AND m.contact_id = r.contact_id
-           LEFT JOIN suppressions s ON s.email = lower(COALESCE(ct.email, r.email))
-          WHERE r.campaign_id = $1 AND r.status = 'queued'
-          ORDER BY r.send_id LIMIT $3`,
-        [c.id, c.topic_id, FANOUT.sendBatch],
-      )
-    ).rows;
-    if (rows.length === 0) return { remaining: 0 };
-    const now = this.d.clock.now();
-    const eligible = rows.filter((r) => r.eligible);
-    const skipped = rows.filter((r) => !r.eligible);
-    const scores = await this.scores(eligible.map((r) => r.contact_id), c.id, now);
-
-    const from = parseMailbox(c.from_mailbox)!;
-    const base = this.d.baseUrl();
-    const listId = `${c.topic_name.replace(/[^\x20-\x7e]|["<>\\]/g, '').trim().slice(0, 100)} <${c.topic_id.toLowerCase().replace(/[^a-z0-9-]/g, '-')}.${new URL(base).hostname}>`;
-    const messages: CampaignMessage[] = eligible.map((r) => {
-      const unsubscribeUrl = `${base}/unsub/${unsubscribeToken(this.d.signer, { c: r.contact_id, t: c.topic_id, s: r.send_id }, now)}`;
-      const preferencesUrl = `${base}/prefs/${preferencesToken(this.d.signer, r.contact_id, now)}`;
-      const body = renderForRecipient(
+  private context(row: CampaignRow): CampaignContext {
+    let ctx = this.contexts.get(row.id);
+    if (!ctx) {
+      const compiled = compileCampaign(row.html, row.text_body, { topic: row.topic_name, organization: this.d.organizationName });
+      const from = parseMailbox(row.from_mailbox)!;
+      const host = new URL(this.d.baseUrl()).hostname;
+      ctx = {
+        row,
         compiled,
-        {
-          emailSendId: r.send_id,
-          unsubscribeUrl,
-          preferencesUrl,
-          archiveUrl: `${base}/archive/${c.archive_token}`,
-          pixelUrl: `${base}/t/o/${r.send_id}`,
-          clickBase: `${base}/t/c/${r.send_id}/`,
-        },
-        this.d.links,
-      );
-      return {
-        id: r.send_id,
-        to: r.email,
-        from: c.from_mailbox,
-        subject: c.subject,
-        html: body.html,
-        text: body.text,
-        headers: {
-          'List-Unsubscribe': `<${unsubscribeUrl}>`,
-          'List-Unsubscribe-Post': 'List-Unsubscribe=One-Click',
-          'List-Id': listId,
-        },
+        linkParts: linkParts(compiled, this.d.links, row.id),
+        fromAddress: from.address,
         dkimDomain: domainOf(from.address),
-        campaignId: c.id,
-        engagementScore: scores.get(r.contact_id),
+        listId: `${row.topic_name.replace(/[^\x20-\x7e]|["<>\\]/g, '').trim().slice(0, 100)} <${row.topic_id.toLowerCase().replace(/[^a-z0-9-]/g, '-')}.${host}>`,
       };
-    });
-
-    // The rows exist before the hand-over (status sending), as for every send.
-    if (messages.length) {
-      await this.d.db.query(
-        `INSERT INTO email_sends (id, type, contact_id, campaign_id, to_email, from_email, subject, provider, status, metadata, created_at, updated_at)
-         SELECT t.id, 'campaign', t.contact_id, $1, t.to_email, $2, $3, $4, 'sending', '{}', $5, $5
-           FROM unnest($6::text[], $7::text[], $8::text[]) AS t(id, contact_id, to_email)
-           JOIN contacts ct ON ct.id = t.contact_id
-         ON CONFLICT (id) DO NOTHING`,
-        [c.id, from.address, c.subject, transport.name, toIso(now), messages.map((m) => m.id), eligible.map((r) => r.contact_id), messages.map((m) => m.to)],
-      );
+      this.contexts.set(row.id, ctx);
     }
+    return ctx;
+  }
 
-    const contactOf = new Map(eligible.map((r) => [r.send_id, r.contact_id]));
-    const results = await handOver(messages, transport, FANOUT.concurrency);
-    const sentAt = this.d.clock.now();
-    const accepted: { m: CampaignMessage; h: HandOff }[] = [];
-    const refused: { m: CampaignMessage; error: string }[] = [];
-    let transient: string | undefined;
-    results.forEach((res, i) => {
-      const m = messages[i]!;
-      if (res.ok) accepted.push({ m, h: res.value });
-      else if (res.error instanceof ProviderError && !res.error.retryable) refused.push({ m, error: res.error.message });
-      else transient ??= res.error instanceof Error ? res.error.message : String(res.error);
+  /** Reads the next members after `cursor`, renders their messages and writes their email_sends rows. */
+  private async prepare(ctx: CampaignContext, cursor: string | null, transport: CampaignTransport): Promise<Batch> {
+    const provider = transport.name;
+    const c = ctx.row;
+    const members = (
+      await this.d.db.query<{ contact_id: string; email: string }>({
+        name: 'lm_campaign_members',
+        text: `SELECT m.contact_id, c.email ${ELIGIBLE_MEMBERS} AND m.contact_id > $2 ORDER BY m.contact_id LIMIT $3`,
+        values: [c.topic_id, cursor ?? '', FANOUT.sendBatch],
+      })
+    ).rows;
+    const done = members.length < FANOUT.sendBatch;
+    if (members.length === 0) return { items: [], last: cursor, done };
+    const now = this.d.clock.now();
+    const started = c.send_started_at.getTime();
+    const scores = await this.scores(members.map((m) => m.contact_id), c.id, now);
+    const items = members.map(
+      (m): Recipient => ({
+        id: this.sendId(c.id, started, m.contact_id),
+        contactId: m.contact_id,
+        email: m.email,
+        engagementScore: scores.get(m.contact_id),
+      }),
+    );
+    // The rows exist before the hand-over (status sending), as for every send.
+    await this.d.db.query({
+      name: 'lm_campaign_sends_insert',
+      text: `INSERT INTO email_sends (id, type, contact_id, campaign_id, to_email, from_email, subject, provider, status, metadata, created_at, updated_at)
+             SELECT t.id, 'campaign', t.contact_id, $1, t.to_email, $2, $3, $4, 'sending', '{}', $5, $5
+               FROM unnest($6::text[], $7::text[], $8::text[]) AS t(id, contact_id, to_email)
+             ON CONFLICT (id) DO NOTHING`,
+      values: [c.id, ctx.fromAddress, c.subject, provider, toIso(now), items.map((m) => m.id), items.map((m) => m.contactId), items.map((m) => m.email)],
     });
+    return { items, last: members[members.length - 1]!.contact_id, done };
+  }
 
-    await tx(this.d.db, async (q) => {
-      const at = toIso(sentAt);
-      if (accepted.length) {
-        await q.query(
-          `UPDATE email_sends e SET status = 'accepted', provider_message_id = t.pid, updated_at = $2
-             FROM unnest($1::text[], $3::text[]) AS t(id, pid) WHERE e.id = t.id AND e.status = 'sending'`,
-          [accepted.map((a) => a.m.id), at, accepted.map((a) => a.h.providerMessageId)],
-        );
-        await insertEngagementRows(q, accepted.map((a) => ({ emailSendId: a.m.id, contactId: contactOf.get(a.m.id) ?? null, campaignId: c.id, sentAt })));
+  /**
+   * One recipient's message, rendered right before its hand-over: its strings then live for
+   * one request, not for a whole batch (a batch of rendered bodies would be promoted to the
+   * old generation and inflate the heap).
+   */
+  private message(ctx: CampaignContext, r: Recipient, transport: CampaignTransport): CampaignMessage {
+    const c = ctx.row;
+    const now = this.d.clock.now();
+    const base = this.d.baseUrl();
+    const unsubscribeUrl = `${base}/unsub/${unsubscribeToken(this.d.signer, { c: r.contactId, t: c.topic_id, s: r.id }, now)}`;
+    const body = renderForRecipient(
+      ctx.compiled,
+      {
+        emailSendId: r.id,
+        messageTag: this.d.links.messageTag(c.id, r.id),
+        unsubscribeUrl,
+        preferencesUrl: `${base}/prefs/${preferencesToken(this.d.signer, r.contactId, now)}`,
+        archiveUrl: `${base}/archive/${c.archive_token}`,
+        pixelUrl: `${base}/t/o/${r.id}`,
+        clickBase: `${base}/t/c/${r.id}/`,
+      },
+      ctx.linkParts,
+      transport.jsonBodies,
+    );
+    return {
+      id: r.id,
+      to: r.email,
+      from: c.from_mailbox,
+      subject: c.subject,
+      html: body.html,
+      ...(body.text !== undefined ? { text: body.text } : {}),
+      htmlJson: body.htmlJson,
+      textJson: body.textJson,
+      headers: { 'List-Unsubscribe': `<${unsubscribeUrl}>`, 'List-Unsubscribe-Post': 'List-Unsubscribe=One-Click', 'List-Id': ctx.listId },
+      dkimDomain: ctx.dkimDomain,
+      campaignId: c.id,
+      engagementScore: r.engagementScore,
+    };
+  }
+
+  /** Records a batch's outcomes and moves the cursor past it, or up to its first transient failure. */
+  private async record(ctx: CampaignContext, batch: Batch, results: Settled<HandOff>[]): Promise<void> {
+    const at = toIso(this.d.clock.now());
+    const acceptedIds: string[] = [];
+    const providerIds: (string | null)[] = [];
+    const refusedIds: string[] = [];
+    const refusedErrors: string[] = [];
+    let cursor = batch.last;
+    for (let i = 0; i < results.length; i++) {
+      const r = results[i]!;
+      const m = batch.items[i]!;
+      if (r.ok) {
+        acceptedIds.push(m.id);
+        providerIds.push(r.value.providerMessageId);
+      } else if (r.error instanceof ProviderError && !r.error.retryable) {
+        refusedIds.push(m.id);
+        refusedErrors.push(r.error.message.slice(0, 1000));
+      } else {
+        cursor = i === 0 ? (ctx.row.cursor_contact ?? null) : batch.items[i - 1]!.contactId;
+        break;
       }
-      if (refused.length) {
+    }
+    await tx(this.d.db, async (q) => {
+      if (acceptedIds.length) {
+        await q.query({
+          name: 'lm_campaign_sends_accepted',
+          text: `UPDATE email_sends e SET status = 'accepted', provider_message_id = t.pid, updated_at = $2
+                   FROM unnest($1::text[], $3::text[]) AS t(id, pid) WHERE e.id = t.id AND e.status = 'sending'`,
+          values: [acceptedIds, at, providerIds],
+        });
+      }
+      if (refusedIds.length) {
         await q.query(
           `UPDATE email_sends e SET status = 'failed', error = t.err, updated_at = $2
              FROM unnest($1::text[], $3::text[]) AS t(id, err) WHERE e.id = t.id AND e.status = 'sending'`,
-          [refused.map((r) => r.m.id), at, refused.map((r) => r.error.slice(0, 1000))],
+          [refusedIds, at, refusedErrors],
         );
       }
-      const ids = [...accepted.map((a) => a.m.id), ...refused.map((r) => r.m.id), ...skipped.map((s) => s.send_id)];
-      const statuses = [...accepted.map(() => 'sent'), ...refused.map(() => 'failed'), ...skipped.map(() => 'skipped')];
-      const errors = [...accepted.map(() => null), ...refused.map((r) => r.error.slice(0, 1000)), ...skipped.map(() => 'no longer eligible')];
-      if (ids.length) {
-        await q.query(
-          `UPDATE campaign_recipients r SET status = t.status, error = t.err, updated_at = $2
-             FROM unnest($1::text[], $3::text[], $4::text[]) AS t(id, status, err) WHERE r.send_id = t.id AND r.status = 'queued'`,
-          [ids, at, statuses, errors],
-        );
+      if (cursor !== ctx.row.cursor_contact) {
+        await q.query(`UPDATE campaigns SET cursor_contact = $2, updated_at = $3 WHERE id = $1`, [ctx.row.id, cursor, at]);
       }
     });
-    if (refused.length) this.d.log.warn({ campaignId: c.id, refused: refused.length, example: refused[0]!.error }, 'provider refused campaign messages');
-    return { remaining: rows.length, transientError: transient };
+    ctx.row.cursor_contact = cursor;
+    if (refusedIds.length) this.d.log.warn({ campaignId: ctx.row.id, refused: refusedIds.length, example: refusedErrors[0] }, 'provider refused campaign messages');
   }
 
   /** Engagement scores of these contacts from their recent campaign messages (absent: unknown). */
   private async scores(contactIds: string[], campaignId: string, now: number): Promise<Map<string, number>> {
     const out = new Map<string, number>();
-    if (contactIds.length === 0) return out;
-    const r = await this.d.db.query<{ contact_id: string; sends: number; opened: number; clicked: number }>(
-      `SELECT contact_id, count(*)::int AS sends, count(first_human_open_at)::int AS opened, count(first_human_click_at)::int AS clicked
-         FROM email_engagement
-        WHERE contact_id = ANY ($1::text[]) AND sent_at >= $2 AND campaign_id IS DISTINCT FROM $3
-        GROUP BY contact_id`,
-      [contactIds, toIso(now - ENGAGEMENT.lookbackDays * 86_400_000), campaignId],
-    );
+    const r = await this.d.db.query<{ contact_id: string; sends: number; opened: number; clicked: number }>({
+      name: 'lm_campaign_scores',
+      text: `SELECT s.contact_id, count(*)::int AS sends, count(e.first_human_open_at)::int AS opened, count(e.first_human_click_at)::int AS clicked
+               FROM email_sends s LEFT JOIN email_engagement e ON e.email_send_id = s.id
+              WHERE s.contact_id = ANY ($1::text[]) AND s.type = 'campaign' AND s.created_at >= $2
+                AND s.campaign_id IS DISTINCT FROM $3 AND s.status NOT IN ('sending', 'failed')
+              GROUP BY s.contact_id`,
+      values: [contactIds, toIso(now - ENGAGEMENT.lookbackDays * 86_400_000), campaignId],
+    });
     for (const row of r.rows) {
       const s = engagementScore(row.sends, row.opened, row.clicked);
       if (s !== undefined) out.set(row.contact_id, s);
@@ -340,22 +388,20 @@ export class Fanout {
   }
 }
 
-type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
-
-/** Sends with at most `limit` in flight; results in input order. */
-async function handOver(messages: CampaignMessage[], t: CampaignTransport, limit: number): Promise<Settled<HandOff>[]> {
-  const out: Settled<HandOff>[] = new Array(messages.length);
+/** Runs send(0..n-1) with at most `limit` in flight; results in index order. */
+async function handOver(n: number, send: (i: number) => Promise<HandOff>, limit: number): Promise<Settled<HandOff>[]> {
+  const out: Settled<HandOff>[] = new Array(n);
   let next = 0;
   const lane = async () => {
-    while (next < messages.length) {
+    while (next < n) {
       const i = next++;
       try {
-        out[i] = { ok: true, value: await t.send(messages[i]!) };
+        out[i] = { ok: true, value: await send(i) };
       } catch (error) {
         out[i] = { ok: false, error };
       }
     }
   };
-  await Promise.all(Array.from({ length: Math.min(limit, messages.length) }, lane));
+  await Promise.all(Array.from({ length: Math.min(limit, n) }, lane));
   return out;
 }

@@ -2,10 +2,8 @@
 import type { QueueOptions } from '../../shared/queue/types.js';
 
 export const FANOUT = {
-  /** Eligible members copied into campaign_recipients per statement while materializing. */
-  materializeChunk: 10_000,
-  /** Recipients rendered and handed over per batch. */
-  sendBatch: 500,
+  /** Members read, rendered and handed over per batch (one transaction records each batch). */
+  sendBatch: 1_000,
   /** Messages in flight to the provider at once. */
   concurrency: 64,
   /** A fan-out job runs this long, then re-queues itself (a stopping worker waits at most this). */

@@ -25,6 +25,10 @@ const decodeEntities = (s: string): string => s.replace(/&(amp|quot|apos|lt|gt|#
 export interface CompiledCampaign {
   /** HTML around the tracked links: parts.length === links.length + 1. */
   parts: string[];
+  /** Where the footer goes in the last part (before its last `</body>`, else its end). */
+  bodyEnd: number;
+  /** The same pieces JSON-escaped (the MTA job is JSON; escaping them once per campaign, not per recipient). */
+  json: { parts: string[]; tailBefore: string; tailAfter: string };
   /** The tracked links' URLs, entity-decoded (what the reader's browser would open). */
   links: string[];
   text: string | null;
@@ -48,8 +52,13 @@ export function compileCampaign(html: string, text: string | null, names: { topi
     pos = valueStart + raw.length;
   }
   parts.push(html.slice(pos));
+  const tail = parts[parts.length - 1]!;
+  const i = tail.toLowerCase().lastIndexOf('</body>');
+  const bodyEnd = i < 0 ? tail.length : i;
   return {
     parts,
+    bodyEnd,
+    json: { parts: parts.map(jsonEscape), tailBefore: jsonEscape(tail.slice(0, bodyEnd)), tailAfter: jsonEscape(tail.slice(bodyEnd)) },
     links,
     text,
     footerNames: names,
@@ -59,6 +68,8 @@ export function compileCampaign(html: string, text: string | null, names: { topi
 
 export interface RecipientLinks {
   emailSendId: string;
+  /** The message's link tag (LinkSigner.messageTag): every tracked link ends with it. */
+  messageTag: string;
   unsubscribeUrl: string;
   preferencesUrl: string;
   archiveUrl: string;
@@ -89,20 +100,52 @@ function insertBeforeBodyEnd(html: string, addition: string): string {
   return i < 0 ? html + addition : html.slice(0, i) + addition + html.slice(i);
 }
 
-/** One recipient's HTML and text. */
-export function renderForRecipient(c: CompiledCampaign, l: RecipientLinks, links: LinkSigner): { html: string; text: string | undefined } {
-  let html = c.parts[0]!;
-  for (let i = 0; i < c.links.length; i++) html += l.clickBase + links.encode(l.emailSendId, c.links[i]!) + c.parts[i + 1]!;
-  if (c.hasPlaceholders) html = fill(html, l, true);
+/** The content of a JSON string literal for `s` (no quotes). */
+export const jsonEscape = (s: string): string => JSON.stringify(s).slice(1, -1);
+
+/** The campaign-wide part of each tracked link (LinkSigner.urlPart), computed once per campaign. */
+export function linkParts(c: CompiledCampaign, links: LinkSigner, group: string): string[] {
+  return c.links.map((u) => links.urlPart(group, u));
+}
+
+export interface RenderedMessage {
+  html: string;
+  text: string | undefined;
+  /** The same, JSON-escaped (for the MTA job body); html and text are empty when rendered jsonOnly. */
+  htmlJson: string;
+  textJson: string | undefined;
+}
+
+/**
+ * One recipient's HTML and text. `parts`: linkParts() of this campaign. With `jsonOnly` the
+ * raw forms are left empty (the MTA transport needs only the JSON-escaped ones).
+ */
+export function renderForRecipient(c: CompiledCampaign, l: RecipientLinks, parts: string[], jsonOnly = false): RenderedMessage {
   const pixel = `<img src="${l.pixelUrl}" width="1" height="1" alt="" style="display:block;width:1px;height:1px;border:0;margin:0;padding:0">`;
-  html = insertBeforeBodyEnd(html, footerHtml(c, l) + pixel);
+  const footer = footerHtml(c, l) + pixel;
+  const footerJson = jsonEscape(footer);
+  const n = c.links.length;
+  const last = c.parts[n]!;
+  // Click links are ASCII without quotes or backslashes: the same text in both forms.
+  const build = (p: string[], before: string, foot: string, after: string): string => {
+    let out = n === 0 ? '' : p[0]!;
+    for (let i = 0; i < n; i++) {
+      out += `${l.clickBase}${parts[i]}.${l.messageTag}`;
+      if (i < n - 1) out += p[i + 1]!;
+    }
+    out += before + foot + after;
+    // Placeholders are filled with HTML-escaped URLs: nothing in them to JSON-escape.
+    return c.hasPlaceholders ? fill(out, l, true) : out;
+  };
+  const html = jsonOnly ? '' : build(c.parts, last.slice(0, c.bodyEnd), footer, last.slice(c.bodyEnd));
+  const json = build(c.json.parts, c.json.tailBefore, footerJson, c.json.tailAfter);
   let text: string | undefined;
   if (c.text !== null) {
     text =
       (c.hasPlaceholders ? fill(c.text, l, false) : c.text) +
       `\n\n--\nView in browser: ${l.archiveUrl}\nManage preferences: ${l.preferencesUrl}\nUnsubscribe: ${l.unsubscribeUrl}\n`;
   }
-  return { html, text };
+  return { html, text: jsonOnly ? undefined : text, htmlJson: json, textJson: text === undefined ? undefined : jsonEscape(text) };
 }
 
 /**

@@ -64,10 +64,13 @@ export interface CampaignRouteDeps {
 export function campaignRoutes(app: HttpApp, d: CampaignRouteDeps): void {
   const admin = { onRequest: d.guard };
   const view = async (r: Row) => {
+    // Progress from the campaign's email_sends rows: sending = in flight, failed = refused by
+    // the provider, everything else was handed over (and has moved on with feedback since).
     const counts = (
-      await d.db.query<{ status: string; n: number }>('SELECT status, count(*)::int AS n FROM campaign_recipients WHERE campaign_id = $1 GROUP BY status', [r.id])
+      await d.db.query<{ status: string; n: number }>('SELECT status, count(*)::int AS n FROM email_sends WHERE campaign_id = $1 GROUP BY status', [r.id])
     ).rows;
-    const by = Object.fromEntries(counts.map((c) => [c.status, c.n]));
+    const by: Record<string, number> = Object.fromEntries(counts.map((c) => [c.status, c.n]));
+    const total = counts.reduce((a, c) => a + c.n, 0);
     return {
       id: r.id,
       name: r.name,
@@ -81,7 +84,7 @@ export function campaignRoutes(app: HttpApp, d: CampaignRouteDeps): void {
       archiveToken: r.archive_token,
       archiveUrl: r.archive_token ? `${d.baseUrl()}/archive/${r.archive_token}` : null,
       recipients: r.recipients,
-      progress: { queued: by.queued ?? 0, sent: by.sent ?? 0, failed: by.failed ?? 0, skipped: by.skipped ?? 0 },
+      progress: { handedOver: total - (by.sending ?? 0) - (by.failed ?? 0), inFlight: by.sending ?? 0, failed: by.failed ?? 0, byStatus: by },
       error: r.error,
       createdAt: toIso(r.created_at),
       updatedAt: toIso(r.updated_at),

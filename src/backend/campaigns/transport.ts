@@ -23,6 +23,9 @@ export interface CampaignMessage {
   subject: string;
   html: string;
   text?: string;
+  /** html and text JSON-escaped, when the renderer has them (saves serializing them per message). */
+  htmlJson?: string;
+  textJson?: string;
   headers: Record<string, string>;
   dkimDomain: string;
   campaignId: string;
@@ -36,6 +39,8 @@ export interface HandOff {
 
 export interface CampaignTransport {
   readonly name: string;
+  /** Takes the JSON-escaped html/text alone (the raw forms need not be rendered). */
+  readonly jsonBodies: boolean;
   send(m: CampaignMessage): Promise<HandOff>;
 }
 
@@ -43,6 +48,7 @@ export { ProviderError };
 
 export class MtaBulkTransport implements CampaignTransport {
   readonly name = 'mta';
+  readonly jsonBodies = true;
   private readonly agent: Agent;
   private readonly url: URL;
 
@@ -53,21 +59,16 @@ export class MtaBulkTransport implements CampaignTransport {
   }
 
   send(m: CampaignMessage): Promise<HandOff> {
-    const job: Record<string, unknown> = {
-      messageId: m.id,
-      to: m.to,
-      from: m.from,
-      subject: m.subject,
-      html: m.html,
-      ...(m.text !== undefined ? { text: m.text } : {}),
-      headers: m.headers,
-      ipPool: 'campaign',
-      organizationId: this.o.organizationId,
-      dkimDomain: m.dkimDomain,
-      campaignId: m.campaignId,
-      ...(m.engagementScore !== undefined ? { engagementScore: m.engagementScore } : {}),
-    };
-    const body = Buffer.from(JSON.stringify(job));
+    // The job of mta.md, serialized by hand around the pre-escaped HTML and text.
+    const html = m.htmlJson ?? JSON.stringify(m.html).slice(1, -1);
+    const textJson = m.textJson ?? (m.text === undefined ? undefined : JSON.stringify(m.text).slice(1, -1));
+    const text = textJson === undefined ? '' : `,"text":"${textJson}"`;
+    const score = m.engagementScore === undefined ? '' : `,"engagementScore":${JSON.stringify(m.engagementScore)}`;
+    const body = Buffer.from(
+      `{"messageId":${JSON.stringify(m.id)},"to":${JSON.stringify(m.to)},"from":${JSON.stringify(m.from)},"subject":${JSON.stringify(m.subject)}` +
+        `,"html":"${html}"${text},"headers":${JSON.stringify(m.headers)},"ipPool":"campaign","organizationId":${JSON.stringify(this.o.organizationId)}` +
+        `,"dkimDomain":${JSON.stringify(m.dkimDomain)},"campaignId":${JSON.stringify(m.campaignId)}${score}}`,
+    );
     const request = this.url.protocol === 'https:' ? httpsRequest : httpRequest;
     return new Promise<HandOff>((resolve, reject) => {
       const req = request(
@@ -114,6 +115,7 @@ export class MtaBulkTransport implements CampaignTransport {
 
 /** Any provider of the REST API's resolution (no engagement score: only the MTA orders by it). */
 class ProviderTransport implements CampaignTransport {
+  readonly jsonBodies = false;
   constructor(private readonly p: EmailProvider) {}
   get name(): string {
     return this.p.name;

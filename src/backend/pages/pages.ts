@@ -115,7 +115,7 @@ $('form').addEventListener('submit',function(e){
 $('all').addEventListener('click',function(){send({unsubscribeAll:true},'You are unsubscribed from all lists.')});`,
   });
 
-const confirmDoi = (): RenderedPage =>
+const confirmDoi = (done: boolean): RenderedPage =>
   renderPage({
     title: 'Confirm your subscription',
     body: `${LOADING}${ERROR_CARD}
@@ -131,7 +131,11 @@ const confirmDoi = (): RenderedPage =>
   <h1 id="done-title" tabindex="-1">Subscription confirmed</h1>
   <p><strong id="email2"></strong> is now subscribed to <strong id="topic2"></strong>. Thank you!</p>
 </div>
-<noscript><div class="card"><h1>Confirm your subscription</h1><form method="post"><div class="actions"><button type="submit">Confirm subscription</button></div></form></div></noscript>`,
+<noscript><div class="card">${
+      done
+        ? '<h1>Subscription confirmed</h1><p>Thank you!</p>'
+        : '<h1>Confirm your subscription</h1><form method="post"><div class="actions"><button type="submit">Confirm subscription</button></div></form>'
+    }</div></noscript>`,
     script: `${CLIENT_HELPERS}${FAIL}
 var token=new URLSearchParams(location.search).get('token')||'';var q='?token='+encodeURIComponent(token);
 function fill(d){
@@ -219,7 +223,8 @@ export const PAGES = {
   unsubscribe: unsubscribe(false),
   unsubscribeDone: unsubscribe(true),
   preferences: preferences(),
-  confirmDoi: confirmDoi(),
+  confirmDoi: confirmDoi(false),
+  confirmDoiDone: confirmDoi(true),
   archive: archive(),
   share: share(),
 } as const;

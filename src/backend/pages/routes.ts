@@ -35,6 +35,7 @@ export function pageRoutes(app: HttpApp, d: PageRouteDeps): void {
   });
   app.get('/confirm/doi', async (req, reply) => {
     await d.limitIp(req);
-    return sendPage(reply, 'confirmDoi');
+    const done = (req.query as Record<string, string | undefined>).done === '1';
+    return sendPage(reply, done ? 'confirmDoiDone' : 'confirmDoi');
   });
 }

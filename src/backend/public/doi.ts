@@ -125,7 +125,7 @@ export function doiRoutes(app: HttpApp, d: DoiDeps): void {
       return { context: { ...before, confirmed: true }, created: r.created, formId: r.formId };
     });
     if (created && d.events) await d.events.emit('contact.created', { ...created, formId });
-    if (wantsHtml(req.headers.accept)) return reply.code(303).header('location', `/confirm/doi?token=${encodeURIComponent(token)}`).send();
+    if (wantsHtml(req.headers.accept)) return reply.code(303).header('location', `/confirm/doi?token=${encodeURIComponent(token)}&done=1`).send();
     return answer(context, t.expiresAt);
   });
 }

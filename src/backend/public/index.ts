@@ -54,11 +54,11 @@ export async function registerPublic(app: HttpApp, s: Services, events: EventBus
   pageRoutes(app, { limitIp: (req) => limiter.take('publicIp', req) });
   const org = s.config.ORGANIZATION_NAME;
   preferencesRoutes(app, { db: s.db, clock: s.clock, signer, limiter, events, organizationName: org });
-  doiRoutes(app, { db: s.db, clock: s.clock, signer, limiter, events, organizationName: org });
   formAdminRoutes(app, { db: s.db, clock: s.clock, guard: adminGuard(() => s.config.ADMIN_TOKEN) });
 
-  // Form bodies (urlencoded, multipart) are parsed only in this scope: the form endpoint and
-  // one-click unsubscribe, whose RFC 8058 POST is a form body.
+  // Form bodies (urlencoded, multipart) are parsed only in this scope: the form endpoint,
+  // one-click unsubscribe (the RFC 8058 POST is a form body) and the DOI confirmation (its
+  // page posts a plain form when JavaScript is off).
   const sender = new SendService({ db: s.db, clock: s.clock, log: s.log.child({ area: 'forms' }), config: s.config });
   await app.register(async (scope) => {
     await scope.register(formbody, { bodyLimit: FORM_LIMITS.maxBodyBytes });
@@ -73,6 +73,7 @@ export async function registerPublic(app: HttpApp, s: Services, events: EventBus
       },
     });
     formRoutes(scope, { db: s.db, clock: s.clock, log: s.log, config: s.config, signer, limiter, sender, events });
+    doiRoutes(scope, { db: s.db, clock: s.clock, signer, limiter, events, organizationName: org });
     unsubscribeRoutes(scope, { db: s.db, clock: s.clock, signer, limiter, events, organizationName: org, baseUrl: () => s.config.BASE_URL! });
   });
 

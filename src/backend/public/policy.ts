@@ -61,7 +61,7 @@ export const TRACKING_FLUSH = {
   /** Buffered hits are written at least this often. */
   intervalMs: 1_000,
   /** ...or as soon as this many distinct sends/clicks are buffered. */
-  maxBuffered: 5_000,
+  maxBuffered: 50_000,
 } as const;
 
 /** Timing heuristics for machine clicks (link scanners follow every link within seconds). */

@@ -5,8 +5,9 @@
  * writes whatever is left, so a clean shutdown loses nothing. Rows are locked in id order,
  * so two instances flushing overlapping batches cannot deadlock.
  *
- * Only existing email_engagement rows are updated (created when a message is sent): hits
- * for unknown ids are discarded by the UPDATE itself.
+ * A send's email_engagement row is created by its first hit, from its email_sends row: hits
+ * for ids without one are discarded by the statement itself (a join), so made-up ids cost
+ * nothing and store nothing.
  */
 import type { Clock } from '../../shared/clock.js';
 import { toIso } from '../../shared/clock.js';
@@ -67,44 +68,46 @@ const ref = (r: RefRow): EmailRef => ({
 /** Buffered clicks beyond this are dropped (and counted) while the database is unreachable. */
 const MAX_CLICKS_BUFFERED = 200_000;
 
+// Rows are inserted or locked in id order (ORDER BY before the upsert), so two instances
+// writing overlapping batches cannot deadlock.
 const OPEN_SQL = `
-  WITH v AS (
-    SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::timestamptz[], $6::timestamptz[], $7::timestamptz[])
-      AS v(id, n, machine, proxy, first_at, first_human_at, last_at)
-  ), locked AS (
-    SELECT e.email_send_id FROM email_engagement e JOIN v ON v.id = e.email_send_id ORDER BY e.email_send_id FOR UPDATE OF e
-  )
-  UPDATE email_engagement e SET
-    opens = e.opens + v.n,
-    machine_opens = e.machine_opens + v.machine,
-    proxy_opens = e.proxy_opens + v.proxy,
-    first_open_at = LEAST(e.first_open_at, v.first_at),
-    first_human_open_at = LEAST(e.first_human_open_at, v.first_human_at),
-    last_open_at = GREATEST(e.last_open_at, v.last_at)
-  FROM v, locked l
-  WHERE e.email_send_id = v.id AND l.email_send_id = v.id
-  RETURNING e.email_send_id, (v.first_human_at IS NOT NULL AND e.first_human_open_at = v.first_human_at) AS first_human`;
+  INSERT INTO email_engagement AS e (email_send_id, contact_id, campaign_id, sent_at, opens, machine_opens, proxy_opens,
+                                     first_open_at, first_human_open_at, last_open_at)
+  SELECT s.id, s.contact_id, s.campaign_id, s.created_at, v.n, v.machine, v.proxy, v.first_at, v.first_human_at, v.last_at
+    FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::timestamptz[], $6::timestamptz[], $7::timestamptz[])
+           AS v(id, n, machine, proxy, first_at, first_human_at, last_at)
+    JOIN email_sends s ON s.id = v.id
+   ORDER BY s.id
+  ON CONFLICT (email_send_id) DO UPDATE SET
+    opens = e.opens + EXCLUDED.opens,
+    machine_opens = e.machine_opens + EXCLUDED.machine_opens,
+    proxy_opens = e.proxy_opens + EXCLUDED.proxy_opens,
+    first_open_at = LEAST(e.first_open_at, EXCLUDED.first_open_at),
+    first_human_open_at = LEAST(e.first_human_open_at, EXCLUDED.first_human_open_at),
+    last_open_at = GREATEST(e.last_open_at, EXCLUDED.last_open_at)
+  RETURNING e.email_send_id, e.first_human_open_at`;
 
 const CLICK_SQL = `
   WITH ins AS (
     INSERT INTO email_clicks (email_send_id, url, clicked_at, machine, reason)
     SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::boolean[], $5::text[])
     RETURNING 1
-  ), v AS (
-    SELECT * FROM unnest($6::text[], $7::int[], $8::int[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[])
-      AS v(id, n, machine, first_at, first_human_at, last_at, last_url)
-  ), locked AS (
-    SELECT e.email_send_id FROM email_engagement e JOIN v ON v.id = e.email_send_id ORDER BY e.email_send_id FOR UPDATE OF e
   )
-  UPDATE email_engagement e SET
-    clicks = e.clicks + v.n,
-    machine_clicks = e.machine_clicks + v.machine,
-    first_click_at = LEAST(e.first_click_at, v.first_at),
-    first_human_click_at = LEAST(e.first_human_click_at, v.first_human_at),
-    last_click_url = CASE WHEN e.last_click_at IS NULL OR v.last_at >= e.last_click_at THEN v.last_url ELSE e.last_click_url END,
-    last_click_at = GREATEST(e.last_click_at, v.last_at)
-  FROM v, locked l, (SELECT count(*) FROM ins) c
-  WHERE e.email_send_id = v.id AND l.email_send_id = v.id`;
+  INSERT INTO email_engagement AS e (email_send_id, contact_id, campaign_id, sent_at, clicks, machine_clicks,
+                                     first_click_at, first_human_click_at, last_click_at, last_click_url)
+  SELECT s.id, s.contact_id, s.campaign_id, s.created_at, v.n, v.machine, v.first_at, v.first_human_at, v.last_at, v.last_url
+    FROM unnest($6::text[], $7::int[], $8::int[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[])
+           AS v(id, n, machine, first_at, first_human_at, last_at, last_url)
+    JOIN email_sends s ON s.id = v.id
+    CROSS JOIN (SELECT count(*) FROM ins) c
+   ORDER BY s.id
+  ON CONFLICT (email_send_id) DO UPDATE SET
+    clicks = e.clicks + EXCLUDED.clicks,
+    machine_clicks = e.machine_clicks + EXCLUDED.machine_clicks,
+    first_click_at = LEAST(e.first_click_at, EXCLUDED.first_click_at),
+    first_human_click_at = LEAST(e.first_human_click_at, EXCLUDED.first_human_click_at),
+    last_click_url = CASE WHEN e.last_click_at IS NULL OR EXCLUDED.last_click_at >= e.last_click_at THEN EXCLUDED.last_click_url ELSE e.last_click_url END,
+    last_click_at = GREATEST(e.last_click_at, EXCLUDED.last_click_at)`;
 
 export interface RecorderStats {
   opensRecorded: number;
@@ -289,14 +292,20 @@ export class TrackingRecorder {
       last.push(toIso(a.last));
     }
     const res = await withDeadlockRetry(() =>
-      this.d.db.query<{ email_send_id: string; first_human: boolean }>({
+      this.d.db.query<{ email_send_id: string; first_human_open_at: Date | null }>({
         name: 'lm_tracking_opens',
         text: OPEN_SQL,
         values: [ids, n, machine, proxy, first, firstHuman, last],
       }),
     );
     for (const a of batch.values()) this.stats.opensRecorded += a.n;
-    const firsts = res.rows.filter((r) => r.first_human).map((r) => r.email_send_id);
+    // This batch holds the first human open when the stored first one is ours.
+    const firsts = res.rows
+      .filter((r) => {
+        const mine = batch.get(r.email_send_id)?.firstHuman ?? null;
+        return mine !== null && r.first_human_open_at?.getTime() === mine;
+      })
+      .map((r) => r.email_send_id);
     if (!this.d.emitter || firsts.length === 0) return;
     const refs = await this.d.db.query<RefRow>({
       name: 'lm_tracking_refs',
@@ -313,9 +322,9 @@ export class TrackingRecorder {
     const ids = [...new Set(batch.map((c) => c.id))];
     const known = await this.d.db.query<RefRow & { sent_at: Date; last_click_at: Date | null; last_click_url: string | null }>({
       name: 'lm_tracking_click_refs',
-      text: `SELECT ${REF_COLUMNS}, e.sent_at, e.last_click_at, e.last_click_url
-               FROM email_engagement e JOIN email_sends s ON s.id = e.email_send_id
-              WHERE e.email_send_id = ANY ($1::text[])`,
+      text: `SELECT ${REF_COLUMNS}, s.created_at AS sent_at, e.last_click_at, e.last_click_url
+               FROM email_sends s LEFT JOIN email_engagement e ON e.email_send_id = s.id
+              WHERE s.id = ANY ($1::text[])`,
       values: [ids],
     });
     const rows = new Map(known.rows.map((r) => [r.id, r]));
@@ -386,24 +395,4 @@ async function withDeadlockRetry<T>(fn: () => Promise<T>): Promise<T> {
       await new Promise((r) => setTimeout(r, 10 * i));
     }
   }
-}
-
-/** A tracked message (an email_sends row), written when it is handed to the provider. */
-export interface EngagementRow {
-  emailSendId: string;
-  contactId: string | null;
-  campaignId: string | null;
-  sentAt: number;
-}
-
-/** Creates the rows tracking updates (idempotent: a re-sent message keeps its counters). */
-export async function insertEngagementRows(db: Pick<Db, 'query'>, rows: EngagementRow[]): Promise<void> {
-  if (rows.length === 0) return;
-  await db.query({
-    name: 'lm_tracking_insert_rows',
-    text: `INSERT INTO email_engagement (email_send_id, contact_id, campaign_id, sent_at)
-           SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[])
-           ON CONFLICT (email_send_id) DO NOTHING`,
-    values: [rows.map((r) => r.emailSendId), rows.map((r) => r.contactId), rows.map((r) => r.campaignId), rows.map((r) => toIso(r.sentAt))],
-  });
 }

@@ -248,7 +248,7 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
             reusable = true;
             return { status: 'bounced', hard: false, code: 553, enhancedCode: '5.6.7', reason: 'contenterror', response: `${host.name} does not offer SMTPUTF8, which the address needs`, mxHost: host.name };
           }
-          const response = await session.send({ from: envelopeFrom, to: to.address, size: b.raw.length, eightBit: b.eightBit }, b.raw, o.clock.now());
+          const response = await session.send({ from: envelopeFrom, to: to.address, size: b.raw.length, eightBit: b.eightBit, smtpUtf8: b.smtpUtf8 }, b.raw, o.clock.now());
           reusable = true;
           const r = classifyReply(response, host.name, session.tls);
           return r.status === 'sent' && session.tlsFallback ? { ...r, tlsFallback: true } : r;

@@ -108,11 +108,10 @@ function maxLineLength(s: string): number {
 }
 
 function encodePart(content: string, eightBit: boolean): EncodedPart {
-  // eslint-disable-next-line no-control-regex
-  const ascii = !/[^\x00-\x7f]/.test(content);
-  const normalized = content.replace(CRLF_NORMALIZE, '\r\n');
+  // One UTF-8 byte per character means pure ASCII (a native length count, no regex scan).
+  const ascii = Buffer.byteLength(content, 'utf8') === content.length;
+  const normalized = content.includes('\r') ? content.replace(CRLF_NORMALIZE, '\r\n') : content.replaceAll('\n', '\r\n');
   const longest = ascii ? maxLineLength(normalized) : Buffer.byteLength(normalized) > 998 ? maxLineLength(Buffer.from(normalized).toString('latin1')) : 0;
-  // eslint-disable-next-line no-control-regex
   const hasNul = normalized.includes('\x00');
   if (longest <= 998 && !hasNul) {
     if (ascii) return { cte: '7bit', body: normalized };

@@ -68,3 +68,27 @@ describe('double opt-in of a membership added through the API', () => {
     expect((await call(b.url, 'GET', `/confirm/doi/verify?token=${encodeURIComponent(gone)}`)).body.error.data.reason).toBe('subscription_not_found');
   });
 });
+
+describe('double opt-in without JavaScript', () => {
+  it('the page posts a plain form; the answer sends the browser back to the page, confirmed', async () => {
+    const clock = new ManualClock();
+    const b = await startBackend({ clock });
+    try {
+      const signer = await loadSigner(b.app.db.pool);
+      const topic = await createTopic(b.url, 'Plain list', true);
+      await seedContact(b.app.db.pool, clock.now(), { id: 'ct_n', email: 'nojs@example.net', topics: [{ id: topic.id, doi: 'pending' }] });
+      const token = encodeURIComponent(createDoiToken(signer, 'ct_n', topic.id, clock.now()));
+      const r = await call(b.url, 'POST', `/confirm/doi?token=${token}`, {
+        headers: { 'content-type': 'application/x-www-form-urlencoded', accept: 'text/html,*/*;q=0.8' },
+        body: '',
+      });
+      expect(r.status).toBe(303);
+      expect(r.headers.get('location')).toBe(`/confirm/doi?token=${token}&done=1`);
+      expect((await membership(b.app.db.pool, 'ct_n', topic.id))!.doi_status).toBe('confirmed');
+      const page = await call(b.url, 'GET', `/confirm/doi?token=${token}&done=1`, { headers: { accept: 'text/html' } });
+      expect(page.text).toContain('<h1>Subscription confirmed</h1><p>Thank you!</p>');
+    } finally {
+      await b.close();
+    }
+  });
+});

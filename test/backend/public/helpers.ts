@@ -89,13 +89,12 @@ export async function eventually<T>(fn: () => Promise<T | undefined | null | fal
   }
 }
 
-/** Writes email_sends rows (REST API table) and their tracking rows, as a send would. */
+/** Writes email_sends rows (REST API table), as a send would; tracking rows come with the first hit. */
 export async function seedTrackedSends(
   pool: { query: (text: string, values?: unknown[]) => Promise<unknown> },
   sends: { id: string; to: string; contactId?: string | null; campaignId?: string | null; type?: 'campaign' | 'transactional'; sentAt: number }[],
   common: { from?: string; subject?: string } = {},
 ): Promise<void> {
-  const { insertEngagementRows } = await import('../../../src/backend/public/tracking-recorder.js');
   for (const s of sends) {
     const at = new Date(s.sentAt).toISOString();
     await pool.query(
@@ -104,7 +103,6 @@ export async function seedTrackedSends(
       [s.id, s.type ?? 'campaign', s.contactId ?? null, s.campaignId ?? null, s.to, common.from ?? 'news@acme.test', common.subject ?? 'News', `<${s.id}@acme.test>`, at],
     );
   }
-  await insertEngagementRows(pool as any, sends.map((s) => ({ emailSendId: s.id, contactId: s.contactId ?? null, campaignId: s.campaignId ?? null, sentAt: s.sentAt })));
 }
 
 type Pool = { query: (text: string, values?: unknown[]) => Promise<{ rows: any[] }> };

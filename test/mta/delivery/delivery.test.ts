@@ -4,6 +4,7 @@
  * keys and provenance, dkimpy for signature verification.
  */
 import { generateKeyPairSync } from 'node:crypto';
+import { simpleParser } from 'mailparser';
 import { Registry } from 'prom-client';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../../src/shared/clock.js';
@@ -36,6 +37,8 @@ let port: number;
 let sinkA: SmtpSink; // 127.0.0.10, STARTTLS
 let sinkB: SmtpSink; // 127.0.0.11, plain
 let sinkBadTls: SmtpSink; // 127.0.0.13, STARTTLS offered but no handshake can succeed
+let sinkBare: SmtpSink; // 127.0.0.14, no PIPELINING, no 8BITMIME
+let sinkImpatient: SmtpSink; // 127.0.0.15, drops idle clients after 300 ms
 let keys: PgDkimKeyStore;
 const clock = new ManualClock(Date.UTC(2026, 0, 5, 10, 0, 0));
 
@@ -106,9 +109,11 @@ beforeAll(async () => {
         // Only TLS 1.0/1.1, which Node's client refuses: every handshake fails.
         serverOptions: { minVersion: 'TLSv1', maxVersion: 'TLSv1.1' } as never,
       });
+      sinkBare = await startSmtpSink({ host: '127.0.0.14', port, serverOptions: { hidePIPELINING: true, hide8BITMIME: true } as never });
+      sinkImpatient = await startSmtpSink({ host: '127.0.0.15', port, socketTimeoutMs: 300 });
       break;
     } catch (err) {
-      await Promise.all([sinkA?.close(), sinkB?.close(), sinkBadTls?.close()]);
+      await Promise.all([sinkA?.close(), sinkB?.close(), sinkBadTls?.close(), sinkBare?.close(), sinkImpatient?.close()]);
       if (attempt > 5) throw err;
     }
   }
@@ -148,23 +153,33 @@ beforeAll(async () => {
         { name: 'mx', type: 'A', value: '127.0.0.11' },
       ],
       'plain2.test': [{ name: '@', type: 'MX', value: '10 mx.plain.test' }],
+      'bare.test': [
+        { name: '@', type: 'MX', value: '10 mx.bare.test' },
+        { name: 'mx', type: 'A', value: '127.0.0.14' },
+      ],
+      'impatient.test': [
+        { name: '@', type: 'MX', value: '10 mx.impatient.test' },
+        { name: 'mx', type: 'A', value: '127.0.0.15' },
+      ],
     },
   });
 }, 120_000);
 
 afterAll(async () => {
   await Promise.all(engines.map((e) => e.close().catch(() => {})));
-  await Promise.all([sinkA?.close(), sinkB?.close(), sinkBadTls?.close(), dns?.stop()]);
+  await Promise.all([sinkA?.close(), sinkB?.close(), sinkBadTls?.close(), sinkBare?.close(), sinkImpatient?.close(), dns?.stop()]);
   await db?.drop();
 });
 
 afterEach(async () => {
   // Each test's engines close, so connections never leak into the next test's counts.
   await Promise.all(engines.splice(0).map((e) => e.close().catch(() => {})));
-  await Promise.all([sinkA, sinkB, sinkBadTls].map((s) => s.waitUntil(() => allClosed(s), 5_000, 'connections closed')));
+  await Promise.all([sinkA, sinkB, sinkBadTls, sinkBare, sinkImpatient].map((s) => s.waitUntil(() => allClosed(s), 5_000, 'connections closed')));
 });
 
 beforeEach(() => {
+  sinkBare.reset();
+  sinkImpatient.reset();
   sinkA.reset();
   sinkB.reset();
   sinkBadTls.reset();
@@ -258,6 +273,30 @@ describe('delivery to real SMTP peers', () => {
     expect(sinkBadTls.connections).toBe(2);
     expect(sinkBadTls.messages[0].secure).toBe(false);
     expect(await registry.getSingleMetricAsString('mta_smtp_tls_fallback_total')).toMatch(/mta_smtp_tls_fallback_total 1/);
+  });
+
+  it('talks to a server without PIPELINING or 8BITMIME; lines starting with a dot arrive intact', async () => {
+    const e = engine();
+    const text = 'line one\n.\n..two dots\n.three\nGrüße';
+    for (const n of [1, 2]) {
+      expect(await e.deliver(msg(`bare${n}`, { to: `u${n}@bare.test`, text, html: '<p>.x</p>\n.<p>y</p>' }), ROUTE_A)).toMatchObject({ status: 'sent' });
+    }
+    const [m1, m2] = await sinkBare.waitForMessages(2);
+    expect(sinkBare.connections).toBe(1); // reused without pipelining too
+    expect(m1.bodyType).not.toBe('8bitmime');
+    const parsed = await simpleParser(m2.data);
+    expect(parsed.text?.replace(/\n$/, '')).toBe(text);
+    expect(parsed.html).toContain('\n.<p>y</p>');
+    expect(await dkimpyVerify(m1.data, dns)).toEqual(['pass']);
+  });
+
+  it('a pooled connection the server dropped while idle is replaced without failing the send', async () => {
+    const e = engine();
+    expect(await e.deliver(msg('i1', { to: 'u@impatient.test' }), ROUTE_A)).toMatchObject({ status: 'sent' });
+    await sinkImpatient.waitUntil(() => allClosed(sinkImpatient), 5_000, 'the sink dropped the idle client');
+    expect(await e.deliver(msg('i2', { to: 'u@impatient.test' }), ROUTE_A)).toMatchObject({ status: 'sent' });
+    expect(sinkImpatient.messages).toHaveLength(2);
+    expect(sinkImpatient.connections).toBe(2);
   });
 
   it('no DKIM key → deferred locally, nothing sent unsigned', async () => {

@@ -117,3 +117,14 @@ describe('VERP', () => {
     expect(parseVerpAddress(unsigned, { key, bounceHost: 'b.test', allowUnsigned: true })).toEqual({ messageId: 'm-1', verified: false });
   });
 });
+
+describe('SMTP DATA block', () => {
+  it('dot-stuffs line-leading dots, ends with the terminator, and turns lone CR/LF into CRLF (no smuggling)', async () => {
+    const { dataBlock } = await import('../../../src/mta/delivery/smtp.js');
+    expect(dataBlock(Buffer.from('.a\r\nb\r\n.\r\n..c')).toString()).toBe('..a\r\nb\r\n..\r\n...c\r\n.\r\n');
+    // "\n.\n" or "\r.\r" must never reach the wire as a terminator a lenient server would honour.
+    const out = dataBlock(Buffer.from('x\n.\ny\r.\rz')).toString();
+    expect(out).toBe('x\r\n..\r\ny\r\n..\r\nz\r\n.\r\n');
+    expect(dataBlock(Buffer.from('ok\r\n')).toString()).toBe('ok\r\n.\r\n');
+  });
+});

@@ -44,8 +44,8 @@ export const m060: Migration = {
     );
 
     -- Open and click counters of one tracked message (an email_sends row, REST API area),
-    -- created when the message is handed to the provider. Tracking only ever UPDATEs these
-    -- rows: hits for unknown ids create nothing. contact_id feeds the engagement score.
+    -- created by its first open or click (hits for ids without an email_sends row create
+    -- nothing). contact_id and sent_at are copied from the send for the engagement score.
     CREATE TABLE email_engagement (
       email_send_id        text COLLATE "C" PRIMARY KEY REFERENCES email_sends (id) ON DELETE CASCADE,
       contact_id           text COLLATE "C",

@@ -3,9 +3,10 @@ import type { Migration } from '../migrate.js';
 /**
  * Public endpoints and campaigns, part 2 (builds on the REST API's contacts, topics and
  * email_sends of 010):
- * - campaigns and their recipients, materialized when a send starts so that a restart
- *   resumes exactly the recipients not yet handed over (each has its email_sends id fixed
- *   in advance: links and the MTA messageId stay the same if a message is handed over again);
+ * - campaigns: the fan-out walks the topic's members in contact-id order with a cursor that
+ *   moves only when a batch's hand-over is recorded; each message's email_sends id is derived
+ *   from (campaign, contact), so a batch handed over again after a crash keeps its ids (and
+ *   the MTA de-duplicates on them);
  * - sign-up forms and the sign-ups that wait for double opt-in confirmation (the contact is
  *   created or added to the topic only when the sign-up is confirmed).
  * Every timestamp is written from the application's Clock.
@@ -14,41 +15,27 @@ export const m061: Migration = {
   id: '061_campaigns_forms',
   sql: `
     CREATE TABLE campaigns (
-      id                   text COLLATE "C" PRIMARY KEY,
-      name                 text,
-      subject              text NOT NULL,
-      html                 text NOT NULL,
-      text_body            text,
-      preview_text         text NOT NULL DEFAULT '',
-      from_mailbox         text NOT NULL,
-      topic_id             text COLLATE "C" NOT NULL REFERENCES topics (id),
-      status               text NOT NULL CHECK (status IN ('draft', 'sending', 'sent', 'failed')),
-      archive_token        text UNIQUE,
+      id              text COLLATE "C" PRIMARY KEY,
+      name            text,
+      subject         text NOT NULL,
+      html            text NOT NULL,
+      text_body       text,
+      preview_text    text NOT NULL DEFAULT '',
+      from_mailbox    text NOT NULL,
+      topic_id        text COLLATE "C" NOT NULL REFERENCES topics (id),
+      status          text NOT NULL CHECK (status IN ('draft', 'sending', 'sent', 'failed')),
+      archive_token   text UNIQUE,
       -- Eligible members when the send started (the 202's recipients).
-      recipients           integer,
-      -- Recipient materialization: keyset position (contact id) and whether it is complete.
-      materialized_through text COLLATE "C",
-      materialized         boolean NOT NULL DEFAULT false,
-      error                text,
-      created_at           timestamptz NOT NULL,
-      updated_at           timestamptz NOT NULL,
-      send_started_at      timestamptz,
-      completed_at         timestamptz
+      recipients      integer,
+      -- Fan-out position: members are handed over in contact-id order; every member up to
+      -- this id has its email_sends row and was handed over (or refused).
+      cursor_contact  text COLLATE "C",
+      error           text,
+      created_at      timestamptz NOT NULL,
+      updated_at      timestamptz NOT NULL,
+      send_started_at timestamptz,
+      completed_at    timestamptz
     );
-
-    -- status: queued → sent (handed to the provider) | failed (refused) | skipped (no longer
-    -- eligible when its turn came: unsubscribed, suppressed, removed).
-    CREATE TABLE campaign_recipients (
-      campaign_id text COLLATE "C" NOT NULL REFERENCES campaigns (id) ON DELETE CASCADE,
-      contact_id  text COLLATE "C" NOT NULL,
-      send_id     text COLLATE "C" NOT NULL UNIQUE,
-      email       text NOT NULL,
-      status      text NOT NULL CHECK (status IN ('queued', 'sent', 'failed', 'skipped')),
-      error       text,
-      updated_at  timestamptz NOT NULL,
-      PRIMARY KEY (campaign_id, contact_id)
-    );
-    CREATE INDEX campaign_recipients_queued ON campaign_recipients (campaign_id, send_id) WHERE status = 'queued';
 
     CREATE TABLE forms (
       id              text COLLATE "C" PRIMARY KEY,
