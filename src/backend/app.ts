@@ -16,7 +16,7 @@ export interface BackendRole {
 
 /** The backend: /api/v1, admin API, public endpoints, webhooks. Each area is one plugin. */
 export async function createBackend(s: Services): Promise<BackendRole> {
-  const app = createHttpApp({ log: s.log.child({ role: 'backend' }) });
+  const app = createHttpApp({ log: s.log.child({ role: 'backend' }), trustProxy: s.config.TRUST_PROXY });
   await registerOpenApi(app); // first: documents every route registered after it
   healthRoutes(app, s);
   const events = new EventBus({ clock: s.clock, log: s.log });

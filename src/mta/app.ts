@@ -91,7 +91,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
   const pools = parsePools(s.config.MTA_POOLS);
   if (pools.implicit) log.warn('MTA_POOLS is not set: both pools send from the address the OS chooses');
 
-  const app = createHttpApp({ log });
+  const app = createHttpApp({ log, trustProxy: s.config.TRUST_PROXY });
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',

@@ -77,6 +77,17 @@ const list: Parser<string[]> = {
       .filter(Boolean),
 };
 
+/** Fastify's trustProxy: true/false, a hop count, or a comma-separated list of addresses/CIDRs. */
+const trustProxy: Parser<boolean | number | string[]> = {
+  expects: 'true, false, a number of hops, or a comma-separated list of proxy addresses or CIDRs',
+  parse(v) {
+    const s = v.trim().toLowerCase();
+    if (s === 'true' || s === 'false') return s === 'true';
+    if (/^\d+$/.test(s)) return Number(s);
+    return list.parse(v, 'TRUST_PROXY');
+  },
+};
+
 export const EMAIL_PROVIDERS = ['mta', 'ses', 'resend', 'smtp', 'mandrill'] as const;
 export const ROLES = ['backend', 'mta', 'all'] as const;
 export type Role = (typeof ROLES)[number];
@@ -97,6 +108,7 @@ export const SPEC = {
   NODE_ENV: v(oneOf(['development', 'production', 'test'] as const), 'runtime mode; production enforces required secrets', { default: 'development' }),
   LOG_LEVEL: v(oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const), 'log level', { default: 'info' }),
   HOST: v(str, 'address the HTTP servers listen on', { default: '0.0.0.0' }),
+  TRUST_PROXY: v(trustProxy, 'proxies whose X-Forwarded-For is believed (client IP for rate limits)', { default: false }),
   PORT: v(port, 'backend HTTP port', { default: 3000 }),
   MTA_PORT: v(port, 'MTA HTTP port', { default: 3001 }),
   DATA_DIR: v(str, 'embedded PostgreSQL data and first-boot secrets', { default: './data' }),

@@ -29,7 +29,7 @@ const PARAM_AJV = makeAjv({ coerceTypes: 'array' });
  * A Fastify instance with the house rules: TypeBox schemas that reject unknown fields
  * (no silent stripping), the error envelope on every failure, no stack traces on the wire.
  */
-export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProxy?: boolean | string }): HttpApp {
+export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProxy?: boolean | number | string | string[] }): HttpApp {
   const app = Fastify({
     loggerInstance: opts.log,
     logController: new LogController({ disableRequestLogging: true }),

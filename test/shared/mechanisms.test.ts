@@ -19,6 +19,9 @@ describe('configuration', () => {
     expect(c.CONTENT_SCREENING_ENABLED).toBe(false);
     expect(c.DNS_SERVERS).toEqual(['127.0.0.1:53', '127.0.0.2']);
     expect(c.EMAIL_PROVIDER).toBeUndefined();
+    expect(c.TRUST_PROXY).toBe(false);
+    expect(loadConfig({ TRUST_PROXY: '2' }).TRUST_PROXY).toBe(2);
+    expect(loadConfig({ TRUST_PROXY: '10.0.0.0/8, 127.0.0.1' }).TRUST_PROXY).toEqual(['10.0.0.0/8', '127.0.0.1']);
   });
 
   it('names every bad variable and what it expects', () => {

@@ -354,7 +354,11 @@ export class SmtpSession {
       // Settle every reply (a later one may fail too) before judging the first.
       const settled = await Promise.allSettled(pending);
       for (const s of settled) {
-        if (s.status === 'rejected') throw s.reason;
+        if (s.status === 'rejected') {
+          // A refusal followed by the server hanging up (421 at MAIL, say): the reply is the verdict.
+          if (replies.some((r) => !/^[23]/.test(r))) break;
+          throw s.reason;
+        }
         replies.push(s.value);
       }
     } else {
