@@ -34,7 +34,8 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
     loggerInstance: opts.log,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: opts.bodyLimit ?? 1024 * 1024,
-    trustProxy: opts.trustProxy ?? false,
+    // A hop count is "trust the nearest N proxies" (the typings omit the number form).
+    trustProxy: typeof opts.trustProxy === 'number' ? hopCount(opts.trustProxy) : (opts.trustProxy ?? false),
     return503OnClosing: true,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
@@ -96,6 +97,10 @@ export function errorHandler(err: FastifyError | AppError, req: FastifyRequest, 
   }
   const message = fe instanceof SyntaxError ? 'Request body is not valid JSON' : fe.message;
   reply.code(status).send(envelope(STATUS_CATEGORY[status] ?? 'invalid_input', message));
+}
+
+function hopCount(hops: number) {
+  return (_address: string, hop: number) => hop < hops;
 }
 
 /** Port a listening app was bound to (for PORT=0 in tests). */
