@@ -24,7 +24,7 @@ export async function createBackend(s: Services): Promise<BackendRole> {
   const webhooks = registerWebhooks(app, s, events);
   registerFeedback(app, s, events);
   const publicArea = await registerPublic(app, s, events);
-  const campaigns = await registerCampaigns(app, s, publicArea);
+  const campaigns = await registerCampaigns(app, s, publicArea, events);
   const api = await registerApi(app, s, events);
   await app.ready();
   return {

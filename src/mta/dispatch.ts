@@ -36,7 +36,10 @@ const summarize = (r: Extract<DeliveryResult, { status: 'deferred' }>) =>
 /**
  * The MTA queue's job handler: claim → the ten phases → delivery → effects → queue outcome.
  *
- * - pipeline defer: back in the queue after the (jittered) delay, attempt given back
+ * - pipeline defer: back in the queue after the (jittered) delay, attempt given back; a
+ *   group-wide reason (recipient domain degraded or backing off, no address of the pool
+ *   eligible or with a throttle slot) also pauses the job's queue group for that delay, so
+ *   its backlog is not claimed job by job only to defer
  * - pipeline drop: the job ends (`screened` / `suppressed` in the delivery log)
  * - sent / bounced: the job ends
  * - deferred delivery: retry by the queue's backoff; on the last attempt the job fails and a
@@ -50,7 +53,10 @@ export function createDispatcher(d: DispatchDeps): JobHandler<MtaJobPayload> {
 
     if (outcome.type === 'defer') {
       metrics?.jobs.inc({ outcome: 'deferred' });
-      return { type: 'defer', delayMs: outcome.delayMs, reason: `${outcome.phase}: ${outcome.reason}` };
+      const reason = `${outcome.phase}: ${outcome.reason}`;
+      return outcome.scope === 'group'
+        ? { type: 'defer', delayMs: outcome.delayMs, reason, scope: 'group' }
+        : { type: 'defer', delayMs: outcome.delayMs, reason };
     }
     const at = d.clock.now();
     if (outcome.type === 'drop') {

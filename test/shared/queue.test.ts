@@ -50,7 +50,11 @@ async function waitUntil(cond: () => boolean | Promise<boolean>, timeoutMs: numb
   }
 }
 
-/** Structural invariants that must hold whenever no transaction is in flight. */
+/**
+ * Structural invariants that must hold whenever no transaction is in flight. The claim index:
+ * next_run_at is a lower bound of max(first due job, paused_until), and never below a pause
+ * (so a paused group stays out of the claim's index range).
+ */
 async function checkInvariants<P>(queue: Queue<P>): Promise<void> {
   const orphans = await db.pool.query(
     `SELECT j.id FROM queue_jobs j
@@ -63,13 +67,15 @@ async function checkInvariants<P>(queue: Queue<P>): Promise<void> {
     `SELECT g.group_key, g.pending, g.active_job_id,
             (SELECT count(*) FROM queue_jobs j WHERE j.queue = g.queue AND j.group_key = g.group_key AND j.state = 'pending') AS real_pending,
             (SELECT min(id) FROM queue_jobs j WHERE j.queue = g.queue AND j.group_key = g.group_key AND j.state = 'active') AS real_active,
-            g.next_run_at <= COALESCE((SELECT min(run_at) FROM queue_jobs j
-              WHERE j.queue = g.queue AND j.group_key = g.group_key AND j.state = 'pending'), 'infinity') AS lower_bound
+            g.next_run_at <= GREATEST(COALESCE((SELECT min(run_at) FROM queue_jobs j
+              WHERE j.queue = g.queue AND j.group_key = g.group_key AND j.state = 'pending'), 'infinity'), g.paused_until) AS lower_bound,
+            (g.paused_until IS NULL OR g.next_run_at >= g.paused_until) AS above_pause
        FROM queue_groups g WHERE g.queue = $1`,
     [queue.name],
   );
   for (const g of groups.rows) {
     expect(g.lower_bound, `next_run_at of ${g.group_key} is a lower bound`).toBe(true);
+    expect(g.above_pause, `next_run_at of ${g.group_key} is not below its pause`).toBe(true);
     expect(g.pending, `pending counter of ${g.group_key}`).toBe(Number(g.real_pending));
     expect(g.active_job_id, `active job of ${g.group_key}`).toBe(g.real_active);
   }
@@ -807,4 +813,328 @@ describe('queue: worker', () => {
     expect(worker.active).toBe(0);
     expect(await q.stats()).toMatchObject({ completed: 3, pending: 3, active: 0 });
   });
+});
+
+describe('queue: group pauses', () => {
+  const HOUR = 60 * MIN;
+  const ns = (jobs: Job<{ n: number }>[]) => jobs.map((j) => j.payload.n);
+  const groupRows = async (q: Queue<unknown>) =>
+    Number((await db.pool.query('SELECT count(*) AS n FROM queue_groups WHERE queue = $1', [q.name])).rows[0].n);
+
+  it('a group-scoped deferral holds back every job of the group until the pause passes; other groups run on', async () => {
+    const clock = new ManualClock();
+    const q = makeQueue(clock);
+    await q.enqueueMany([
+      ...[1, 2, 3, 4].map((n) => ({ groupKey: 'pool:degraded.example', payload: { n } })),
+      { groupKey: 'pool:fine.example', payload: { n: 10 } },
+      { groupKey: 'pool:fine.example', payload: { n: 11 } },
+    ]);
+    const first = await q.claim('w', 10);
+    expect(ns(first).sort((a, b) => a - b)).toEqual([1, 10]);
+    const degraded = first.find((j) => j.payload.n === 1)!;
+    expect(degraded.attempts).toBe(1);
+    expect(await q.defer(degraded, 2 * MIN, 'smtp_intel_degraded', { scope: 'group' })).toBe('pending');
+
+    // The job itself: an ordinary deferral (attempt given back), marked as group-wide in its history.
+    const j1 = (await q.get(degraded.id))!;
+    expect(j1.attempts).toBe(0);
+    expect(j1.runAt).toBe(clock.now() + 2 * MIN);
+    const at = new Date(clock.now()).toISOString();
+    expect(j1.history).toEqual([
+      { attempt: 1, startedAt: at, finishedAt: at, outcome: 'deferred', reason: 'smtp_intel_degraded', scope: 'group' },
+    ]);
+    expect(await q.pausedUntil('pool:degraded.example')).toBe(clock.now() + 2 * MIN);
+    expect(await q.pausedUntil('pool:fine.example')).toBeNull();
+
+    // Jobs 2-4 are due but held; the other group keeps running.
+    await q.complete(first.find((j) => j.payload.n === 10)!);
+    const next = await q.claim('w', 10);
+    expect(ns(next)).toEqual([11]);
+    await q.complete(next[0]!);
+    expect(await q.claim('w', 10)).toEqual([]);
+    expect(await q.stats()).toMatchObject({ pending: 0, delayed: 4, active: 0, completed: 2 });
+    expect(ns(await q.pending({ ready: true }))).toEqual([]);
+    expect(ns(await q.pending({ ready: false }))).toEqual([1, 2, 3, 4]);
+    expect(ns(await q.pending({ groupKeySuffix: ':degraded.example' }))).toEqual([1, 2, 3, 4]);
+    await checkInvariants(q);
+
+    clock.advance(2 * MIN - 1);
+    expect(await q.claim('w', 10)).toEqual([]);
+    clock.advance(1);
+    expect(await q.pausedUntil('pool:degraded.example')).toBeNull();
+    expect(await q.stats()).toMatchObject({ pending: 4, delayed: 0 });
+    // The group resumes in its own order: the jobs that waited (FIFO), then the deferred one.
+    const order: number[] = [];
+    for (;;) {
+      const [j] = await q.claim('w', 10);
+      if (!j) break;
+      order.push(j.payload.n);
+      await q.complete(j);
+    }
+    expect(order).toEqual([2, 3, 4, 1]);
+    await checkInvariants(q);
+    expect(await q.depth()).toBe(0);
+    expect(await groupRows(q)).toBe(0);
+  });
+
+  it('an ordinary deferral lets the next job of the group run at once', async () => {
+    const clock = new ManualClock();
+    const q = makeQueue(clock);
+    await q.enqueueMany([1, 2, 3].map((n) => ({ groupKey: 'g', payload: { n } })));
+    const [a] = await q.claim('w', 5);
+    expect(await q.defer(a!, MIN, 'org_limit_hourly')).toBe('pending');
+    const [b] = await q.claim('w', 5);
+    expect(b!.payload.n).toBe(2);
+    expect(await q.pausedUntil('g')).toBeNull();
+    // scope 'job' spelled out is the same thing.
+    expect(await q.apply(b!, { type: 'defer', delayMs: MIN, reason: 'circuit_open', scope: 'job' })).toBe('pending');
+    const [c] = await q.claim('w', 5);
+    expect(c!.payload.n).toBe(3);
+    expect((await q.get(a!.id))!.history[0]).not.toHaveProperty('scope');
+    expect((await q.get(a!.id))!.attempts).toBe(0);
+    await expect(q.apply(c!, { type: 'defer', delayMs: 1, reason: 'x', scope: 'pool' as never })).rejects.toThrow(/defer scope/);
+    await checkInvariants(q);
+  });
+
+  it('an enqueue into a paused group does not un-pause it, whatever its run_at or priority', async () => {
+    const clock = new ManualClock();
+    const q = makeQueue(clock);
+    await q.enqueue({ groupKey: 'g', payload: { n: 1 } });
+    const [a] = await q.claim('w', 5);
+    await q.defer(a!, 10 * MIN, 'domain_backoff', { scope: 'group' });
+    await q.enqueue({ groupKey: 'g', payload: { n: 2 } });
+    await q.enqueue({ groupKey: 'g', payload: { n: 3 }, runAt: clock.now() - HOUR, priority: -5 });
+    await q.enqueueMany([
+      { groupKey: 'g', payload: { n: 4 } },
+      { groupKey: 'h', payload: { n: 5 } },
+    ]);
+    await checkInvariants(q);
+    expect(await q.pausedUntil('g')).toBe(clock.now() + 10 * MIN);
+    const h = await q.claim('w', 10);
+    expect(ns(h)).toEqual([5]);
+    await q.complete(h[0]!);
+    clock.advance(10 * MIN - 1);
+    expect(await q.claim('w', 10)).toEqual([]);
+    clock.advance(1);
+    const order: number[] = [];
+    for (;;) {
+      const [j] = await q.claim('w', 10);
+      if (!j) break;
+      order.push(j.payload.n);
+      await q.complete(j);
+    }
+    expect(order).toEqual([3, 2, 4, 1]);
+    await checkInvariants(q);
+  });
+
+  it('a pause outlives the jobs of its group: after a cancel the next enqueue still waits; the empty row goes once it passed', async () => {
+    const clock = new ManualClock();
+    const q = makeQueue(clock);
+    const ids = await q.enqueueMany([1, 2].map((n) => ({ groupKey: 'g', payload: { n }, orgId: 'org-a' })));
+    const [a] = await q.claim('w', 5);
+    await q.defer(a!, 5 * MIN, 'smtp_intel_blocking', { scope: 'group' });
+    expect(await q.cancelByOrg('org-a')).toBe(2);
+    expect(await q.depth()).toBe(0);
+    expect(await q.pausedUntil('g')).toBe(clock.now() + 5 * MIN);
+    await checkInvariants(q);
+    const later = await q.enqueue({ groupKey: 'g', payload: { n: 3 } });
+    expect(await q.claim('w', 5)).toEqual([]);
+    clock.advance(5 * MIN);
+    const [c] = await q.claim('w', 5);
+    expect(c!.id).toBe(later.id);
+    await q.complete(c!);
+    expect(ids.map(() => 'cancelled')).toEqual(await Promise.all(ids.map(async (id) => (await q.get(id))!.state)));
+
+    // An idle group can be paused ahead of its jobs; the empty row is deleted by a claim once the pause passed.
+    await q.pauseGroup('idle', clock.now() + MIN);
+    expect(await q.pausedUntil('idle')).toBe(clock.now() + MIN);
+    await checkInvariants(q);
+    expect(await q.claim('w', 5)).toEqual([]);
+    clock.advance(MIN);
+    expect(await q.claim('w', 5)).toEqual([]);
+    expect(await groupRows(q)).toBe(0);
+  });
+
+  it('pauseGroup / resumeGroup: hold a group with a running job, shorten a pause, survive lease expiry, resume', async () => {
+    const clock = new ManualClock();
+    const q = makeQueue(clock, { timeoutMs: 2 * MIN });
+    await q.enqueueMany([
+      ...[1, 2, 3].map((n) => ({ groupKey: 'g', payload: { n } })),
+      { groupKey: 'h', payload: { n: 4 } },
+    ]);
+    const first = await q.claim('w', 10);
+    expect(ns(first).sort()).toEqual([1, 4]);
+    await q.pauseGroup('g', clock.now() + HOUR); // job 1 is running: it runs on
+    expect(await q.complete(first.find((j) => j.payload.n === 1)!)).toBe('completed');
+    await q.complete(first.find((j) => j.payload.n === 4)!);
+    expect(await q.claim('w', 10)).toEqual([]);
+    expect(await q.stats()).toMatchObject({ pending: 0, delayed: 2, active: 0 });
+    await checkInvariants(q);
+
+    // Shortened to one minute (an explicit pause replaces the one in place).
+    await q.pauseGroup('g', clock.now() + MIN);
+    await checkInvariants(q);
+    expect(await q.claim('w', 10)).toEqual([]);
+    clock.advance(MIN);
+    const [two] = await q.claim('w', 10);
+    expect(two!.payload.n).toBe(2);
+
+    // Paused while job 2 runs, whose worker dies: the lease expires, the job waits for the pause.
+    await q.pauseGroup('g', clock.now() + HOUR);
+    clock.advance(2 * MIN + 1);
+    expect((await q.maintain()).expired).toBe(1);
+    expect((await q.get(two!.id))!.state).toBe('pending');
+    expect(await q.claim('w', 10)).toEqual([]);
+    await checkInvariants(q);
+
+    await q.resumeGroup('g');
+    expect(await q.pausedUntil('g')).toBeNull();
+    await checkInvariants(q);
+    const [again] = await q.claim('w', 10);
+    expect(again!.id).toBe(two!.id); // kept its place
+    expect(again!.attempts).toBe(2);
+    await q.complete(again!);
+
+    // A time not in the future resumes; resuming an unknown group is a no-op.
+    await q.pauseGroup('g', clock.now() + HOUR);
+    await q.pauseGroup('g', clock.now());
+    expect(ns(await q.claim('w', 10))).toEqual([3]);
+    await q.resumeGroup('nothing-here');
+    await expect(q.pauseGroup('', clock.now())).rejects.toThrow(/groupKey/);
+    await expect(q.pauseGroup('g', Number.NaN)).rejects.toThrow(/untilMs/);
+    await checkInvariants(q);
+  });
+
+  it('a Worker claims a paused group once per pause window, while job-scoped deferrals cycle through every job', async () => {
+    const clock = new ManualClock();
+    const q = makeQueue(clock);
+    const N = 20;
+    await q.enqueueMany([
+      ...Array.from({ length: N }, (_, i) => ({ groupKey: 'pool:down.example', payload: { n: i } })),
+      ...Array.from({ length: N }, (_, i) => ({ groupKey: 'pool:limited.example', payload: { n: 100 + i } })),
+      ...Array.from({ length: 5 }, (_, i) => ({ groupKey: `pool:up${i}.example`, payload: { n: 200 + i } })),
+    ]);
+    const runs = new Map<string, number>();
+    const limitedSeen = new Set<number>();
+    const worker = new Worker<{ n: number }>({
+      queue: q,
+      concurrency: 4,
+      pollMs: 10,
+      maintainMs: 0,
+      handler: async (job) => {
+        runs.set(job.groupKey, (runs.get(job.groupKey) ?? 0) + 1);
+        if (job.groupKey === 'pool:down.example') return { type: 'defer', delayMs: MIN, reason: 'down', scope: 'group' };
+        if (job.groupKey === 'pool:limited.example') {
+          limitedSeen.add(job.payload.n);
+          return { type: 'defer', delayMs: MIN, reason: 'own limit' };
+        }
+        return { type: 'complete' };
+      },
+    });
+    await worker.start();
+    try {
+      // The job-scoped group cycles through all its jobs; by then the paused group was claimed once.
+      await waitUntil(() => limitedSeen.size === N, 60_000, 'every job-scoped deferral');
+      await waitUntil(async () => (await q.stats()).completed === 5, 60_000, 'the healthy groups');
+      expect(runs.get('pool:down.example')).toBe(1);
+      clock.advance(MIN);
+      await waitUntil(() => runs.get('pool:down.example') === 2, 60_000, 'the next pause window');
+      await waitUntil(() => runs.get('pool:limited.example') === 2 * N, 60_000, 'the second round of job-scoped deferrals');
+      expect(runs.get('pool:down.example')).toBe(2);
+    } finally {
+      await worker.stop();
+    }
+    expect(await q.stats()).toMatchObject({ pending: 0, delayed: 2 * N, active: 0, completed: 5 });
+    await checkInvariants(q);
+  });
+
+  it('a resumed group is picked up promptly by a worker polling once a minute (NOTIFY)', async () => {
+    const clock = new ManualClock();
+    const q = makeQueue(clock);
+    const ran: string[] = [];
+    await q.pauseGroup('g', clock.now() + HOUR);
+    const job = await q.enqueue({ groupKey: 'g', payload: { n: 1 } });
+    const worker = new Worker({
+      queue: q,
+      concurrency: 2,
+      pollMs: 60_000,
+      maintainMs: 0,
+      handler: async (j) => {
+        ran.push(j.id);
+        return { type: 'complete' };
+      },
+    });
+    await worker.start();
+    try {
+      await sleep(100);
+      expect(ran).toEqual([]);
+      await q.resumeGroup('g');
+      await waitUntil(() => ran.includes(job.id), 15_000, 'the resumed job');
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it('concurrent workers never start a job of a group before the pause its last group deferral set', async () => {
+    const clock = new ManualClock();
+    const name = `pause${++queueSeq}`;
+    const setup = makeQueue(clock, { name });
+    const GROUPS = 6;
+    const PER_GROUP = 15;
+    const PAUSE = 20;
+    await setup.enqueueMany(Array.from({ length: GROUPS * PER_GROUP }, (_, i) => ({ groupKey: `g${i % GROUPS}`, payload: { n: i } })));
+    // Per group: the earliest clock time its next claim may have (handler time of the last group deferral + PAUSE).
+    const notBefore = new Map<string, number>();
+    const violations: string[] = [];
+    const running = new Set<string>();
+    let overlaps = 0;
+    let groupDefers = 0;
+    const handler = async (job: Job<{ n: number }>): Promise<JobOutcome> => {
+      if (running.has(job.groupKey)) overlaps++;
+      running.add(job.groupKey);
+      const min = notBefore.get(job.groupKey) ?? 0;
+      if (job.startedAt! < min) violations.push(`${job.groupKey}: job ${job.id} claimed at ${job.startedAt}, paused until >= ${min}`);
+      await sleep(job.payload.n % 2);
+      running.delete(job.groupKey);
+      if (job.history.length === 0 && job.payload.n % 3 === 0) {
+        groupDefers++;
+        // The queue's pause starts at write-back time, which is not earlier than now.
+        notBefore.set(job.groupKey, clock.now() + PAUSE);
+        return { type: 'defer', delayMs: PAUSE, reason: 'destination down', scope: 'group' };
+      }
+      return { type: 'complete' };
+    };
+    const workers: Worker<{ n: number }>[] = [];
+    for (let w = 0; w < 4; w++) {
+      const pool = createPool(db.url, { max: 3 });
+      extraPools.push(pool);
+      const queue = makeQueue<{ n: number }>(clock, { name }, pool);
+      workers.push(new Worker({ queue, handler, concurrency: 4, pollMs: 10, maintainMs: 0, workerId: `p${w}` }));
+    }
+    let done = false;
+    const ticker = (async () => {
+      while (!done) {
+        clock.advance(3);
+        await sleep(2);
+      }
+    })();
+    try {
+      await Promise.all(workers.map((w) => w.start()));
+      await waitUntil(async () => (await setup.stats()).completed === GROUPS * PER_GROUP, 120_000, 'all jobs');
+    } finally {
+      done = true;
+      await ticker;
+      await Promise.all(workers.map((w) => w.stop()));
+    }
+    expect(violations).toEqual([]);
+    expect(overlaps).toBe(0);
+    expect(groupDefers).toBe(GROUPS * PER_GROUP / 3);
+    const deferred = await db.pool.query(
+      `SELECT count(*) AS n FROM queue_jobs, jsonb_array_elements(history) h WHERE queue = $1 AND h->>'scope' = 'group'`,
+      [name],
+    );
+    expect(Number(deferred.rows[0].n)).toBe(GROUPS * PER_GROUP / 3);
+    await checkInvariants(setup);
+    expect(await groupRows(setup)).toBe(0);
+  }, 180_000);
 });

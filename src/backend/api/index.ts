@@ -38,7 +38,7 @@ export interface ApiArea {
 }
 
 export async function registerApi(app: HttpApp, s: Services, events?: EventBus): Promise<ApiArea> {
-  const sender = new SendService({ db: s.db, clock: s.clock, log: s.log, config: s.config });
+  const sender = new SendService({ db: s.db, clock: s.clock, log: s.log, config: s.config, events });
   const d: ApiDeps = {
     db: s.db,
     clock: s.clock,

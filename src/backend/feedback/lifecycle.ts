@@ -61,6 +61,8 @@ export interface LifecycleEvent {
   occurredAt: number;
   bounce?: BounceInfo;
   complaint?: { feedbackType: string | null };
+  /** A delivery's final SMTP reply from the receiving server (e.g. "250 2.0.0 OK"), when the source passes it on. */
+  delivery?: { smtpResponse: string | null };
   suppression?: { reason: SuppressionReason };
 }
 

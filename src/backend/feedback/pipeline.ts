@@ -6,8 +6,8 @@
  *
  * Lifecycle effects: the send's status (never backwards), the blocklist for hard bounces
  * and complaints (and relay suppressions with a blocklist reason), the contact's activity,
- * and the customer event (email.sent / delivered / bounced / complained) once the
- * transaction has committed. MTA operational effects: team inbox, recorded MTA events,
+ * and the customer event (email.delivered / bounced / complained; email.sent comes from the
+ * hand-over, not from feedback) once the transaction has committed. MTA operational effects: team inbox, recorded MTA events,
  * campaign-sending pause on a circuit breaker, and logs.
  */
 import type { Clock } from '../../shared/clock.js';
@@ -158,22 +158,11 @@ async function applyLifecycle(c: DbClient, deps: PipelineDeps, ev: LifecycleEven
 }
 
 function customerData(name: BackendEventName, ev: LifecycleEvent, send: SendRef, contactId: string | null) {
-  const ref = {
-    emailId: send.id,
-    messageId: send.messageId,
-    to: send.to,
-    from: send.from,
-    subject: send.subject,
-    contactId,
-    type: send.type,
-    campaignId: send.campaignId,
-  };
+  const ref = { ...send.ref, contactId };
   const at = iso(ev.occurredAt);
   switch (name) {
-    case 'email.sent':
-      return { ...ref, sentAt: at };
     case 'email.delivered':
-      return { ...ref, deliveredAt: at, smtpResponse: null };
+      return { ...ref, deliveredAt: at, smtpResponse: ev.delivery?.smtpResponse ?? null };
     case 'email.bounced': {
       const diag = ev.bounce?.diagnostic ?? null;
       return {

@@ -22,9 +22,14 @@ export const STATUS_RANK: Record<LifecycleStatus, number> = {
   complained: 60,
 };
 
-/** Customer webhook event emitted for a lifecycle status (others emit none). */
+/**
+ * Customer webhook event emitted for a lifecycle status (others emit none). `sent` emits
+ * nothing here: `email.sent` is emitted by the hand-over itself (transactional send, campaign
+ * fan-out) when the provider accepted the message, so a provider's later "sent" report (SES
+ * `Send`, relay `sent`) only moves the status. The bundled MTA's `sent` means the receiving
+ * server accepted the message and is translated to `delivered`.
+ */
 export const CUSTOMER_EVENT: Partial<Record<LifecycleStatus, WebhookEventName>> = {
-  sent: 'email.sent',
   delivered: 'email.delivered',
   bounced: 'email.bounced',
   complained: 'email.complained',

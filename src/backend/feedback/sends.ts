@@ -4,35 +4,24 @@
  * pipeline knows about those tables' columns is in this file.
  */
 import type { DbClient } from '../../shared/db/pool.js';
+import type { EmailRef } from '../webhooks/catalog.js';
+import { EMAIL_REF_COLUMNS, emailRef } from '../webhooks/email-events.js';
 import type { LifecycleEvent, LifecycleStatus } from './lifecycle.js';
 import { STATUS_RANK } from './policy.js';
 
 export interface SendRef {
   id: string;
-  messageId: string | null;
   to: string;
-  from: string;
-  subject: string;
   contactId: string | null;
-  type: 'campaign' | 'transactional';
-  campaignId: string | null;
   status: string;
+  /** How customer events name this email. */
+  ref: EmailRef;
 }
 
-const SEND_COLUMNS = `id, message_id, to_email, from_email, subject, contact_id, type, campaign_id, status`;
+const SEND_COLUMNS = `${EMAIL_REF_COLUMNS}, status`;
 
 function toRef(r: any): SendRef {
-  return {
-    id: r.id,
-    messageId: r.message_id,
-    to: r.to_email,
-    from: r.from_email,
-    subject: r.subject,
-    contactId: r.contact_id,
-    type: r.type,
-    campaignId: r.campaign_id,
-    status: r.status,
-  };
+  return { id: r.id, to: r.to_email, contactId: r.contact_id, status: r.status, ref: emailRef(r) };
 }
 
 /**

@@ -59,7 +59,7 @@ export async function registerPublic(app: HttpApp, s: Services, events: EventBus
   // Form bodies (urlencoded, multipart) are parsed only in this scope: the form endpoint,
   // one-click unsubscribe (the RFC 8058 POST is a form body) and the DOI confirmation (its
   // page posts a plain form when JavaScript is off).
-  const sender = new SendService({ db: s.db, clock: s.clock, log: s.log.child({ area: 'forms' }), config: s.config });
+  const sender = new SendService({ db: s.db, clock: s.clock, log: s.log.child({ area: 'forms' }), config: s.config, events });
   await app.register(async (scope) => {
     await scope.register(formbody, { bodyLimit: FORM_LIMITS.maxBodyBytes });
     await scope.register(multipart, {

@@ -38,7 +38,17 @@ export const WEBHOOK_POLICY = {
   sweepMs: 60_000,
   /** Configured endpoints at most. */
   maxWebhooks: 100,
+  /**
+   * The in-process list of subscribed event names is re-read this often, as a fallback to the
+   * NOTIFY that every endpoint change sends (a notification lost with a dropped connection).
+   */
+  subscriptionRefreshMs: 5_000,
+  /** Delay before re-opening a lost LISTEN connection. */
+  listenReconnectMs: 1_000,
 } as const;
+
+/** NOTIFY channel of endpoint changes (create, delete, events or enabled changed). */
+export const WEBHOOK_CHANGES_CHANNEL = 'lm_webhooks_changed';
 
 /** The durable queue the deliveries run on. */
 export const WEBHOOK_QUEUE: QueueOptions = {

@@ -1,7 +1,8 @@
 /**
  * Outbound customer webhooks: configuration, fan-out, delivery, log and replay.
  *
- * Flow: EventBus → accept() buffers the event → a batch is written in ONE transaction: the
+ * Flow: EventBus → accept() drops an event no enabled endpoint subscribes to (in-memory list,
+ * subscriptions.ts), buffers the others → a batch is written in ONE transaction: the
  * events, one pending delivery per subscribed endpoint, and a job per delivery on the durable
  * queue `webhooks` → the worker runs deliver() per job: one signed POST through the SSRF-safe
  * client, one attempt row, and the queue's retry/backoff for the next attempt.
@@ -24,7 +25,8 @@ import type { Db, DbClient } from '../../shared/db/pool.js';
 import type { Services } from '../../shared/services.js';
 import type { EmittedEvent } from '../events.js';
 import { isWebhookEvent, WEBHOOK_EVENTS, type WebhookEventName } from './catalog.js';
-import { WEBHOOK_POLICY, WEBHOOK_QUEUE } from './policy.js';
+import { WEBHOOK_CHANGES_CHANNEL, WEBHOOK_POLICY, WEBHOOK_QUEUE } from './policy.js';
+import { SubscriptionCache } from './subscriptions.js';
 import { Batcher } from './batcher.js';
 import { buildWebhookRequest, newWebhookSecret } from './signing.js';
 import {
@@ -57,6 +59,8 @@ export interface WebhookServiceOptions {
   requestTimeoutMs?: number;
   /** Periodic retention sweep; default WEBHOOK_POLICY.sweepMs, 0 disables the timer. */
   sweepMs?: number;
+  /** Periodic re-read of the subscribed event names; default WEBHOOK_POLICY.subscriptionRefreshMs, 0 disables. */
+  subscriptionRefreshMs?: number;
 }
 
 interface Buffered {
@@ -68,6 +72,10 @@ export class WebhookService {
   readonly store: WebhookStore;
   readonly queue: Queue<DeliveryJob>;
   readonly client: SafeHttpClient;
+  /** Event names some enabled endpoint subscribes to (events of other names are dropped at once). */
+  readonly subscriptions: SubscriptionCache;
+  /** Events dropped because no enabled endpoint subscribes to them (since start). */
+  skipped = 0;
   private readonly worker: Worker<DeliveryJob>;
   private readonly clock: Clock;
   private readonly log: Logger;
@@ -92,6 +100,14 @@ export class WebhookService {
     this.clock = s.clock;
     this.log = s.log.child({ area: 'webhooks' });
     this.store = new WebhookStore(s.db, s.clock);
+    this.subscriptions = new SubscriptionCache({
+      db: s.db,
+      log: this.log,
+      load: () => this.store.subscribedEvents(),
+      channel: WEBHOOK_CHANGES_CHANNEL,
+      refreshMs: opts.subscriptionRefreshMs ?? WEBHOOK_POLICY.subscriptionRefreshMs,
+      reconnectMs: WEBHOOK_POLICY.listenReconnectMs,
+    });
     this.queue = new Queue<DeliveryJob>({ db: s.db, clock: s.clock, options: WEBHOOK_QUEUE });
     this.client = new SafeHttpClient({
       allowHosts: s.config.WEBHOOK_ALLOW_HOSTS,
@@ -121,6 +137,7 @@ export class WebhookService {
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
+    await this.subscriptions.start();
     await this.sweep();
     await this.worker.start();
     if (this.sweepMs > 0) {
@@ -136,6 +153,7 @@ export class WebhookService {
     await this.flush();
     if (this.buffer.length) this.log.error({ lost: this.buffer.length }, 'could not write buffered webhook events at shutdown');
     if (this.started) await this.worker.stop({ drain: true, timeoutMs: 10_000 });
+    await this.subscriptions.stop();
     await this.sweeping;
     this.client.close();
   }
@@ -150,6 +168,7 @@ export class WebhookService {
     }
     const secret = newWebhookSecret();
     const record = await this.store.create({ url, events, secret });
+    await this.subscriptions.changed(); // events emitted from now on reach it
     this.log.info({ webhookId: record.id, url, events }, 'webhook created');
     return { ...record, secret };
   }
@@ -159,6 +178,7 @@ export class WebhookService {
     const url = patch.url === undefined ? undefined : await this.checkUrl(patch.url);
     const record = await this.store.update(id, { url, events, enabled: patch.enabled });
     if (!record) throw webhookNotFound();
+    if (events !== undefined || patch.enabled !== undefined) await this.subscriptions.changed();
     return record;
   }
 
@@ -171,6 +191,7 @@ export class WebhookService {
   async deleteWebhook(id: string): Promise<void> {
     if (!(await this.store.delete(id))) throw webhookNotFound();
     this.failing.delete(id);
+    await this.subscriptions.changed();
   }
 
   async getWebhook(id: string): Promise<WebhookRecord> {
@@ -233,6 +254,11 @@ export class WebhookService {
   /** The EventBus sink. Never throws; settles once the event is written (or could not be). */
   readonly accept = (event: EmittedEvent): Promise<void> => {
     if (!isWebhookEvent(event.name)) return Promise.resolve();
+    // Before any buffering or write: most email.opened / email.clicked have no subscriber.
+    if (!this.subscriptions.wants(event.name)) {
+      this.skipped++;
+      return Promise.resolve();
+    }
     if (!this.accepting) {
       this.log.error({ event: event.name, eventId: event.id }, 'webhook event emitted after shutdown began; dropped');
       return Promise.resolve();

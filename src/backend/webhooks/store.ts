@@ -4,6 +4,7 @@ import { toIso } from '../../shared/clock.js';
 import { newId } from '../../shared/crypto.js';
 import { tx, type Db, type DbClient } from '../../shared/db/pool.js';
 import type { WebhookEventName } from './catalog.js';
+import { WEBHOOK_CHANGES_CHANNEL } from './policy.js';
 
 export interface WebhookRecord {
   id: string;
@@ -118,10 +119,12 @@ export class WebhookStore {
 
   async create(input: { url: string; events: WebhookEventName[]; secret: string }): Promise<WebhookRecord> {
     const now = this.clock.now();
+    // NOTIFY in the same statement: every instance re-reads its subscriptions after the commit.
     const res = await this.db.query<WebhookRow>(
-      `INSERT INTO webhooks (id, url, events, secret, enabled, created_at, updated_at)
-       VALUES ($1, $2, $3, $4, true, $5, $5) RETURNING *`,
-      [newId('wh', now), input.url, input.events, input.secret, toIso(now)],
+      `WITH w AS (INSERT INTO webhooks (id, url, events, secret, enabled, created_at, updated_at)
+                  VALUES ($1, $2, $3, $4, true, $5, $5) RETURNING *)
+       SELECT w.*, pg_notify($6, w.id) FROM w`,
+      [newId('wh', now), input.url, input.events, input.secret, toIso(now), WEBHOOK_CHANGES_CHANNEL],
     );
     return toWebhook(res.rows[0]);
   }
@@ -142,19 +145,31 @@ export class WebhookStore {
   }
 
   async update(id: string, patch: { url?: string; events?: WebhookEventName[]; enabled?: boolean; secret?: string }): Promise<WebhookRecord | null> {
+    // A change of events or enabled is announced (NOTIFY, same statement); a URL or secret change is not.
+    const announce = patch.events !== undefined || patch.enabled !== undefined;
     const res = await this.db.query<WebhookRow>(
-      `UPDATE webhooks SET url = COALESCE($2, url), events = COALESCE($3, events), enabled = COALESCE($4, enabled),
-              secret = COALESCE($5, secret), updated_at = $6
-        WHERE id = $1 RETURNING *`,
-      [id, patch.url ?? null, patch.events ?? null, patch.enabled ?? null, patch.secret ?? null, toIso(this.clock.now())],
+      `WITH w AS (UPDATE webhooks SET url = COALESCE($2, url), events = COALESCE($3, events), enabled = COALESCE($4, enabled),
+                         secret = COALESCE($5, secret), updated_at = $6
+                   WHERE id = $1 RETURNING *)
+       SELECT w.*, (SELECT pg_notify($7, w.id) WHERE $8::boolean) FROM w`,
+      [id, patch.url ?? null, patch.events ?? null, patch.enabled ?? null, patch.secret ?? null, toIso(this.clock.now()), WEBHOOK_CHANGES_CHANNEL, announce],
     );
     return res.rows[0] ? toWebhook(res.rows[0]) : null;
   }
 
   /** Deletes the endpoint with its deliveries and their log. */
   async delete(id: string): Promise<boolean> {
-    const res = await this.db.query('DELETE FROM webhooks WHERE id = $1', [id]);
+    const res = await this.db.query(`WITH d AS (DELETE FROM webhooks WHERE id = $1 RETURNING id) SELECT pg_notify($2, d.id) FROM d`, [
+      id,
+      WEBHOOK_CHANGES_CHANNEL,
+    ]);
     return res.rowCount === 1;
+  }
+
+  /** Event names at least one enabled endpoint subscribes to. */
+  async subscribedEvents(): Promise<Set<string>> {
+    const res = await this.db.query<{ event: string }>('SELECT DISTINCT unnest(events) AS event FROM webhooks WHERE enabled');
+    return new Set(res.rows.map((r) => r.event));
   }
 
   // ------------------------------------------------------------------ fan-out

@@ -9,6 +9,7 @@ import { isIP } from 'node:net';
 import { Counter, register as defaultRegistry, type Registry } from 'prom-client';
 import type { Clock } from '../../shared/clock.js';
 import type { Coordination } from '../../shared/coord/types.js';
+import type { Db } from '../../shared/db/pool.js';
 import type { Logger } from '../../shared/log.js';
 import { classifyReply, parseReply, reasonFor } from './classify.js';
 import { DkimKeyCache, type KeySource } from './dkim/keys.js';
@@ -21,7 +22,6 @@ import { DELIVERY } from './settings.js';
 import { SmtpSession, toFailure, type SmtpFailure, type TlsPolicy } from './smtp.js';
 import type { Deliverer, DeliveryResult, DeliveryRoute, OutboundMessage } from './types.js';
 import { verpAddress } from './verp.js';
-import type { Db } from '../../shared/db/pool.js';
 
 export interface ConnectionFailureInfo {
   domain: string;

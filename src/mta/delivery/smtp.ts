@@ -3,7 +3,7 @@
  * 8BITMIME, SMTPUTF8, SIZE).
  *
  * Hand-written over net/tls rather than nodemailer's SMTPConnection, which we used first: on
- * the delivery benchmark nodemailer took about 40% of the event loop per message, mostly its
+ * the delivery benchmark nodemailer took roughly a third of the event loop per message, mostly its
  * byte-by-byte dot-stuffing stream, a separate RSET round trip between messages and several
  * writes per message. Here a reused connection sends RSET, MAIL, RCPT and DATA as one
  * pipelined write and the message as one more (dot-stuffed with native string operations),

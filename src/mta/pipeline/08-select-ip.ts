@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { SendingIp } from '../pools.js';
+import { routeIsGroupWide } from './07-resolve-pool.js';
 import { CONTINUE, defer, type Phase, type PipelineContext } from './types.js';
 
 const DAY_MS = 86_400_000;
@@ -11,7 +12,9 @@ let seq = 0;
  * Phase 8: round-robin over the pool's eligible addresses (configured and not marked blocked;
  * the cursor is shared by the fleet). A dedicated IP is the only candidate and must pass the
  * same check. Never falls back to a blocked address: with none eligible the job defers and
- * `all_ips_blocked` is emitted (at most once per pool per policy.eventRepeatMs).
+ * `all_ips_blocked` is emitted (at most once per pool per policy.eventRepeatMs); the whole
+ * queue group waits when every job of it is routed through this pool (routeIsGroupWide).
+ * Leaves the eligible addresses in round-robin order from the chosen one for acquire_slot.
  */
 export const selectIp: Phase = {
   name: 'select_ip',
@@ -29,10 +32,13 @@ export const selectIp: Phase = {
     const eligible = candidates.filter((c) => blocked[c.address] === undefined);
     if (eligible.length === 0) {
       await announce(ctx, pool, candidates, blocked);
-      return defer(ctx.deps.policy.noEligibleIpDeferMs, ctx.dedicatedIp ? 'dedicated_ip_blocked' : 'no_eligible_ip');
+      return defer(ctx.deps.policy.noEligibleIpDeferMs, ctx.dedicatedIp ? 'dedicated_ip_blocked' : 'no_eligible_ip', {
+        scope: routeIsGroupWide(ctx) ? 'group' : 'job',
+      });
     }
-    if (eligible.length === 1) ctx.ip = eligible[0];
-    else ctx.ip = eligible[(await coord.incr(`mta:rr:${pool}`, 1, DAY_MS)) % eligible.length];
+    const start = eligible.length === 1 ? 0 : (await coord.incr(`mta:rr:${pool}`, 1, DAY_MS)) % eligible.length;
+    ctx.ip = eligible[start];
+    ctx.candidates = start === 0 ? eligible : [...eligible.slice(start), ...eligible.slice(0, start)];
     return CONTINUE;
   },
 };

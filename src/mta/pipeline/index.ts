@@ -44,8 +44,11 @@ validateOrder(PHASES);
 
 export type PipelineOutcome =
   | { type: 'continue' }
-  /** `delayMs` has the jitter applied; `baseDelayMs` is the phase's own figure. */
-  | { type: 'defer'; phase: string; delayMs: number; baseDelayMs: number; reason: string }
+  /**
+   * `delayMs` has the jitter applied; `baseDelayMs` is the phase's own figure. `scope: 'group'`:
+   * the reason holds for the job's whole queue group (see PhaseResult).
+   */
+  | { type: 'defer'; phase: string; delayMs: number; baseDelayMs: number; reason: string; scope?: 'group' }
   | { type: 'drop'; phase: string; status: 'screened' | 'suppressed'; reason: string };
 
 /** `delayMs` ± fraction, uniformly (random in [0, 1)); never negative. */
@@ -87,6 +90,7 @@ export async function runPipeline(
       baseDelayMs: result.delayMs,
       delayMs: jitter(result.delayMs, policy.deferJitter, random),
       reason: result.reason,
+      ...(result.scope === 'group' ? { scope: 'group' as const } : {}),
     };
   }
   return { type: 'continue' };

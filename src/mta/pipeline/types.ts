@@ -1,5 +1,6 @@
 import type { Clock } from '../../shared/clock.js';
 import type { Coordination } from '../../shared/coord/types.js';
+import type { DeferScope } from '../../shared/queue/types.js';
 import type { MtaEvents } from '../events.js';
 import type { MtaJobPayload } from '../job.js';
 import type { MtaPolicy } from '../policy.js';
@@ -15,14 +16,26 @@ import type { IspProfile } from '../stores/isp-profiles.js';
 import type { OrgLimits } from '../stores/org-limits.js';
 import type { PoolRule } from '../stores/pool-rules.js';
 
-/** What a phase decides (mta.md → Dispatch outcomes). */
+/**
+ * What a phase decides (mta.md → Dispatch outcomes). A deferral with `scope: 'group'` holds for
+ * every job of the job's queue group (`<ipPool>:<recipientDomain>`): the queue pauses the
+ * whole group, instead of claiming its next job only to defer that one too.
+ */
 export type PhaseResult =
   | { type: 'continue' }
-  | { type: 'defer'; delayMs: number; reason: string }
+  | { type: 'defer'; delayMs: number; reason: string; scope?: 'group' }
   | { type: 'drop'; status: 'screened' | 'suppressed'; reason: string };
 
+export interface DeferOptions {
+  /** `group` only when the reason holds for every job of the group (default `job`). */
+  scope?: DeferScope;
+}
+
 export const CONTINUE: PhaseResult = Object.freeze({ type: 'continue' });
-export const defer = (delayMs: number, reason: string): PhaseResult => ({ type: 'defer', delayMs: Math.max(0, delayMs), reason });
+export const defer = (delayMs: number, reason: string, opts: DeferOptions = {}): PhaseResult =>
+  opts.scope === 'group'
+    ? { type: 'defer', delayMs: Math.max(0, delayMs), reason, scope: 'group' }
+    : { type: 'defer', delayMs: Math.max(0, delayMs), reason };
 export const drop = (status: 'screened' | 'suppressed', reason: string): PhaseResult => ({ type: 'drop', status, reason });
 
 /** Context values a phase may need from an earlier phase. */
@@ -70,7 +83,7 @@ export interface PipelineDeps {
   orgUsage: OrgUsage;
   intel: SmtpIntel;
   backoff: DomainBackoff;
-  poolRules: { ruleFor(orgId: string): PoolRule | undefined };
+  poolRules: { ruleFor(orgId: string): PoolRule | undefined; rules(): Iterable<PoolRule> };
   pools: SendingPools;
   ipStatus: IpStatus;
   profiles: { resolve(domain: string): IspProfile };
@@ -89,8 +102,10 @@ export interface PipelineContext {
   pool?: string;
   /** Set by resolve_pool when a pool rule names a dedicated IP. */
   dedicatedIp?: string;
-  /** Set by select_ip. */
+  /** Set by select_ip (acquire_slot may move it to another candidate with a free slot). */
   ip?: SendingIp;
+  /** Set by select_ip: the eligible addresses, the chosen one first, then in round-robin order. */
+  candidates?: readonly SendingIp[];
   /** Set by circuit_breaker while the organization is half-open (this send is a test send). */
   breakerProbe?: { epoch: number };
   reservations: Reservation[];

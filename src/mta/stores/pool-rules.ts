@@ -40,6 +40,11 @@ export class PoolRuleStore extends ReloadingCache<Map<string, PoolRule>> {
     return this.data.get(orgId);
   }
 
+  /** Every rule (the pipeline asks whether any rule routes a queue group's jobs apart). */
+  rules(): Iterable<PoolRule> {
+    return this.data.values();
+  }
+
   async set(orgId: string, pool: string, dedicatedIp: string | null): Promise<{ rule: PoolRule; created: boolean }> {
     const now = new Date(this.clock.now());
     const created = await tx(this.db, async (c) => {

@@ -1,9 +1,13 @@
 /**
- * Durable job queue on PostgreSQL (tables and functions: src/shared/db/migrations/002_queue.ts).
+ * Durable job queue on PostgreSQL (tables and functions: src/shared/db/migrations/002_queue.ts,
+ * group pauses: 004_queue_group_pause.ts).
  *
  * - Groups: at most one active job per (queue, group_key), enforced by a partial unique index;
  *   groups run in parallel. A `queue_groups` row per busy group is what claims walk, so a
- *   claim never scans pending jobs.
+ *   claim never scans pending jobs. Its `next_run_at` is a lower bound of
+ *   max(first due job, paused_until).
+ * - Group pauses: a deferral with scope `group` (or pauseGroup) holds every job of the group
+ *   until the pause passes; enqueues into a paused group keep the pause.
  * - Every state change is one round trip into a plpgsql function (claim, finish, cancel,
  *   lease expiry, retention); batches go through the same functions.
  * - Time: every "now" comes from the injected Clock and is passed as a parameter, never
@@ -19,6 +23,7 @@ import type {
   EnqueueInput,
   Job,
   JobOutcome,
+  DeferScope,
   JobState,
   QueueOptions,
   QueueStats,
@@ -39,7 +44,7 @@ export interface PendingFilter {
   /** e.g. `:gmail.com` for the MTA's `<ipPool>:<domain>` groups. */
   groupKeySuffix?: string;
   orgId?: string;
-  /** true: only jobs due now; false: only delayed ones; default both. */
+  /** true: only jobs claimable now (due, group not paused); false: only delayed or paused ones; default both. */
   ready?: boolean;
 }
 
@@ -126,8 +131,9 @@ function checkDelay(name: string, v: number | undefined): void {
 
 // Multi-row enqueue in ONE statement: ids are drawn up front so results map back to the
 // input order; the group rows are upserted in key order (lock ordering) with LEAST so a
-// concurrent finish that deleted or recomputed the row is handled; NOTIFY fires on commit
-// when something is due now.
+// concurrent finish that deleted or recomputed the row is handled, never below the group's
+// pause (an enqueue does not un-pause a group); NOTIFY fires on commit when something is due
+// now (a paused group's workers merely find nothing to claim).
 const ENQUEUE_SQL = (returnRows: boolean) => `
   WITH input AS MATERIALIZED (
     SELECT nextval('queue_jobs_id_seq') AS id, t.*
@@ -143,7 +149,8 @@ const ENQUEUE_SQL = (returnRows: boolean) => `
     INSERT INTO queue_groups AS g (queue, group_key, next_run_at, pending)
     SELECT $1, n.group_key, min(n.run_at), count(*)::integer FROM ins n GROUP BY n.group_key ORDER BY n.group_key
     ON CONFLICT (queue, group_key) DO UPDATE
-      SET next_run_at = LEAST(g.next_run_at, EXCLUDED.next_run_at), pending = g.pending + EXCLUDED.pending
+      SET next_run_at = LEAST(g.next_run_at, GREATEST(EXCLUDED.next_run_at, g.paused_until)),
+          pending = g.pending + EXCLUDED.pending
     RETURNING 1
   ), wake AS (
     SELECT pg_notify('${QUEUE_CHANNEL}', $1) FROM (SELECT 1 FROM ins n WHERE n.run_at <= $9 LIMIT 1) due
@@ -168,7 +175,14 @@ const SQL = {
   retain: 'SELECT queue_retain($1, $2, $3, $4, $5) AS n',
   maintain: 'SELECT queue_expire_leases($1, $2) AS expired, queue_retain($1, $3, $4, $5, $6) AS deleted',
   depth: `SELECT (COALESCE(sum(pending), 0) + count(active_job_id))::bigint AS depth FROM queue_groups WHERE queue = $1`,
+  pause: `WITH r AS (SELECT queue_pause_group($1, $2, $3, $4) AS due)
+          SELECT r.due, CASE WHEN r.due THEN pg_notify('${QUEUE_CHANNEL}', $1) END AS notified FROM r`,
+  pausedUntil: `SELECT paused_until FROM queue_groups WHERE queue = $1 AND group_key = $2 AND paused_until > $3`,
 };
+
+/** Group keys of this queue whose pause has not passed (stats and listings treat their jobs as delayed). */
+const PAUSED_GROUPS = (queue: string, now: string) =>
+  `SELECT pg.group_key FROM queue_groups pg WHERE pg.queue = ${queue} AND pg.paused_until > ${now}`;
 
 export class Queue<P = unknown> {
   readonly db: pg.Pool;
@@ -370,7 +384,10 @@ export class Queue<P = unknown> {
           break;
         case 'defer':
           checkDelay('defer delayMs', outcome.delayMs);
-          kinds.push('defer');
+          if (outcome.scope !== undefined && outcome.scope !== 'job' && outcome.scope !== 'group') {
+            throw new Error(`unknown defer scope ${JSON.stringify(outcome.scope)}`);
+          }
+          kinds.push(outcome.scope === 'group' ? 'defer_group' : 'defer');
           delays.push(Math.round(outcome.delayMs ?? 0));
           texts.push(outcome.reason === undefined ? null : String(outcome.reason));
           break;
@@ -399,13 +416,50 @@ export class Queue<P = unknown> {
     return this.apply(job, delayMs === undefined ? { type: 'retry', error } : { type: 'retry', error, delayMs });
   }
 
-  /** Puts the job back for delayMs without consuming the attempt (e.g. a rate limit). */
-  defer(job: Job<P>, delayMs: number, reason = 'deferred'): Promise<JobState | null> {
-    return this.apply(job, { type: 'defer', delayMs, reason });
+  /**
+   * Puts the job back for delayMs without consuming the attempt (e.g. a rate limit). With
+   * scope `group` the job's whole group is paused for delayMs too.
+   */
+  defer(job: Job<P>, delayMs: number, reason = 'deferred', opts: { scope?: DeferScope } = {}): Promise<JobState | null> {
+    return this.apply(job, opts.scope ? { type: 'defer', delayMs, reason, scope: opts.scope } : { type: 'defer', delayMs, reason });
   }
 
   fail(job: Job<P>, error: string): Promise<JobState | null> {
     return this.apply(job, { type: 'fail', error });
+  }
+
+  // ---------------------------------------------------------------- group pauses
+
+  /**
+   * Holds every job of the group until `untilMs` (epoch ms): none is claimed before then; an
+   * active job runs on. Replaces a pause in place (may shorten it); works on a group with no
+   * jobs yet. A time not in the future resumes the group.
+   */
+  async pauseGroup(groupKey: string, untilMs: number): Promise<void> {
+    if (typeof groupKey !== 'string' || groupKey.length === 0) throw new Error('groupKey is required');
+    if (!Number.isFinite(untilMs)) throw new Error('untilMs must be epoch milliseconds');
+    await this.setPause(groupKey, toIso(untilMs));
+  }
+
+  /** Lifts the group's pause; its due jobs are claimable at once (workers are notified). */
+  async resumeGroup(groupKey: string): Promise<void> {
+    if (typeof groupKey !== 'string' || groupKey.length === 0) throw new Error('groupKey is required');
+    await this.setPause(groupKey, null);
+  }
+
+  /** End of the group's pause (epoch ms), or null when it is not paused. */
+  async pausedUntil(groupKey: string): Promise<number | null> {
+    const res = await this.db.query<{ paused_until: Date }>({
+      text: SQL.pausedUntil,
+      values: [this.name, groupKey, toIso(this.clock.now())],
+    });
+    return res.rows[0] ? res.rows[0].paused_until.getTime() : null;
+  }
+
+  private async setPause(groupKey: string, until: string | null): Promise<void> {
+    await retryOnConflict(() =>
+      this.db.query({ text: SQL.pause, values: [this.name, groupKey, until, toIso(this.clock.now())] }),
+    );
   }
 
   // ---------------------------------------------------------------- cancel
@@ -484,22 +538,26 @@ export class Queue<P = unknown> {
     return res.rows[0] ? toJob<P>(res.rows[0]) : null;
   }
 
-  /** Counts by state; `pending` is due now, `delayed` is pending with run_at in the future. */
+  /**
+   * Counts by state. `pending` is claimable now (due, group not paused); `delayed` is pending
+   * and waiting, for its run_at or for its group's pause. pending + delayed = all pending jobs.
+   */
   async stats(): Promise<QueueStats> {
     const res = await this.db.query<QueueStats>(
-      `SELECT count(*) FILTER (WHERE state = 'pending' AND run_at <= $2)::int AS pending,
-              count(*) FILTER (WHERE state = 'pending' AND run_at > $2)::int AS delayed,
+      `SELECT count(*) FILTER (WHERE state = 'pending' AND NOT held)::int AS pending,
+              count(*) FILTER (WHERE state = 'pending' AND held)::int AS delayed,
               count(*) FILTER (WHERE state = 'active')::int AS active,
               count(*) FILTER (WHERE state = 'completed')::int AS completed,
               count(*) FILTER (WHERE state = 'failed')::int AS failed,
               count(*) FILTER (WHERE state = 'cancelled')::int AS cancelled
-         FROM queue_jobs WHERE queue = $1`,
+         FROM (SELECT j.state, j.state = 'pending' AND (j.run_at > $2 OR j.group_key IN (${PAUSED_GROUPS('$1', '$2')})) AS held
+                 FROM queue_jobs j WHERE j.queue = $1) s`,
       [this.name, toIso(this.clock.now())],
     );
     return res.rows[0]!;
   }
 
-  /** Pending jobs (due and delayed), oldest first (enqueue order). */
+  /** Pending jobs (due and delayed), oldest first (enqueue order). `ready` counts a paused group's jobs as delayed. */
   async pending(filter: PendingFilter = {}): Promise<Job<P>[]> {
     const values: unknown[] = [this.name];
     const where = [`j.queue = $1`, `j.state = 'pending'`];
@@ -518,7 +576,9 @@ export class Queue<P = unknown> {
       where.push(`j.group_key IN (SELECT g.group_key FROM queue_groups g WHERE g.queue = $1 AND ${conds})`);
     }
     if (filter.ready !== undefined) {
-      where.push(`j.run_at ${filter.ready ? '<=' : '>'} ${param(toIso(this.clock.now()))}`);
+      const now = param(toIso(this.clock.now()));
+      const held = `(j.run_at > ${now} OR j.group_key IN (${PAUSED_GROUPS('$1', now)}))`;
+      where.push(filter.ready ? `NOT ${held}` : held);
     }
     const limit = Math.min(Math.max(Math.floor(filter.limit ?? 100), 0), 10_000);
     const offset = Math.max(Math.floor(filter.offset ?? 0), 0);

@@ -40,6 +40,8 @@ export interface AttemptRecord {
   error?: string;
   /** The reason given for a deferral. */
   reason?: string;
+  /** `group`: the deferral also paused the job's group (see JobOutcome). */
+  scope?: 'group';
 }
 
 export interface Job<P = unknown> {
@@ -68,18 +70,28 @@ export interface Job<P = unknown> {
   history: AttemptRecord[];
 }
 
+/**
+ * How far a deferral reaches: `job` (default) puts back only this job, so the group's next
+ * due job runs at once; `group` also pauses the whole group for the same delay (no job of the
+ * group is claimed before then). Use `group` only when the reason holds for every job of the
+ * group (e.g. its destination is degraded), never for one job's own reason.
+ */
+export type DeferScope = 'job' | 'group';
+
 /** What a handler decides for a claimed job. */
 export type JobOutcome =
   | { type: 'complete' }
   | { type: 'retry'; error: string; delayMs?: number }
-  | { type: 'defer'; delayMs: number; reason: string }
+  | { type: 'defer'; delayMs: number; reason: string; scope?: DeferScope }
   | { type: 'fail'; error: string };
 
 export interface QueueStats {
+  /** Pending and claimable now: due, in a group that is not paused. */
   pending: number;
   active: number;
   completed: number;
   failed: number;
+  /** Pending but waiting: run_at in the future, or held by its group's pause. */
   delayed: number;
   cancelled: number;
 }

@@ -1,6 +1,7 @@
 /** POST /api/v1/events and POST /api/v1/transactional, with the MTA and SMTP relay providers. */
 import { simpleParser } from 'mailparser';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createHmac } from 'node:crypto';
 import type { EmittedEvent } from '../../../src/backend/events.js';
 import { ManualClock } from '../../../src/shared/clock.js';
 import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receiver.js';
@@ -8,6 +9,7 @@ import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
 import { startApi, type Api } from './helpers.js';
 
 const MTA_KEY = 'lm_mta_test_master_key_0123456789abcdef';
+const MTA_WEBHOOK_SECRET = 'mta-webhook-secret-for-api-tests-0123456789';
 
 describe('events and transactional', () => {
   let api: Api;
@@ -21,7 +23,7 @@ describe('events and transactional', () => {
   beforeAll(async () => {
     mta = await startHttpReceiver({ respond: () => ({ status: 202, body: { data: { jobId: 'job_1', messageId: 'mta-1', status: 'queued' } } }) });
     sink = await startSmtpSink();
-    api = await startApi({ clock, tickMs: 200, env: { MTA_API_KEY: MTA_KEY } });
+    api = await startApi({ clock, tickMs: 200, env: { MTA_API_KEY: MTA_KEY, MTA_WEBHOOK_SECRET } });
     api.app.backend!.app.events.subscribe((e) => {
       emitted.push(e);
     });
@@ -105,6 +107,59 @@ describe('events and transactional', () => {
 
   describe('transactional', () => {
     const mail = { to: 'reader@example.com', from: 'Acme <hello@acme.test>', subject: 'Your receipt', html: '<p>Thanks</p>', text: 'Thanks' };
+    const emailEvents = () => emitted.filter((e) => e.name.startsWith('email.')).map((e) => [e.name, (e.data as { emailId: string }).emailId]);
+
+    /** POST /webhooks/mta signed as src/mta/notifier.ts signs it. */
+    const mtaWebhook = async (body: string) => {
+      const ts = Math.floor(clock.now() / 1000);
+      const sig = createHmac('sha256', MTA_WEBHOOK_SECRET).update(`${ts}.${body}`).digest('hex');
+      const res = await fetch(`${api.url}/webhooks/mta`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-mta-timestamp': String(ts), 'x-mta-signature': sig }, body });
+      return { status: res.status, body: await res.json() };
+    };
+
+    it('through the MTA: one email.sent at hand-over; the MTA\'s sent moves the send to delivered with one email.delivered; replays emit nothing', async () => {
+      // The MTA answers with the job's messageId, as src/mta/routes does.
+      mta.setResponder((req) => ({ status: 202, body: { data: { jobId: 'job_9', messageId: JSON.parse(req.rawBody.toString()).messageId, status: 'queued' } } }));
+      const contact = (await api.call('POST', '/api/v1/contacts', { key, body: { email: 'flow@example.com' } })).body.data;
+      emitted.length = 0;
+      const h = { 'idempotency-key': 'flow-1' };
+      const r = await api.call('POST', '/api/v1/transactional', { key, body: { ...mail, to: 'flow@example.com' }, headers: h });
+      expect(r.status, JSON.stringify(r.body)).toBe(202);
+      const id = r.body.data.id as string;
+      const sentAt = new Date(clock.now()).toISOString();
+      expect(emailEvents()).toEqual([['email.sent', id]]);
+      expect(emitted[0]!.data).toEqual({
+        emailId: id,
+        messageId: null,
+        to: 'flow@example.com',
+        from: 'hello@acme.test',
+        subject: 'Your receipt',
+        contactId: contact.id,
+        type: 'transactional',
+        campaignId: null,
+        sentAt,
+      });
+      // The same request again (Idempotency-Key): the first answer, nothing sent or emitted.
+      expect((await api.call('POST', '/api/v1/transactional', { key, body: { ...mail, to: 'flow@example.com' }, headers: h })).body.data).toEqual({ id, status: 'accepted' });
+      expect(mta.requests).toHaveLength(1);
+      expect(emailEvents()).toEqual([['email.sent', id]]);
+
+      // The MTA delivered it: its `sent` event, in the shape src/mta/effects.ts posts.
+      const event = JSON.stringify({
+        event: 'sent',
+        timestamp: new Date(clock.now()).toISOString(),
+        data: { messageId: id, jobId: 'job_9', organizationId: 'default', campaignId: null, to: 'flow@example.com', domain: 'example.com', pool: 'transactional', ip: '127.0.0.2', mxHost: 'mx.example.com', smtpCode: 250, smtpResponse: '250 2.0.0 OK id=1x', tls: true, attempt: 1 },
+      });
+      expect(await mtaWebhook(event)).toEqual({ status: 200, body: { success: true, applied: 1, duplicates: 0 } });
+      expect((await api.app.db.pool.query('SELECT status FROM email_sends WHERE id = $1', [id])).rows[0].status).toBe('delivered');
+      expect(emailEvents()).toEqual([['email.sent', id], ['email.delivered', id]]);
+      expect(emitted[1]!.data).toMatchObject({ emailId: id, contactId: contact.id, type: 'transactional', smtpResponse: '250 2.0.0 OK id=1x' });
+
+      // The MTA's retry of the same event: a duplicate, nothing emitted.
+      clock.advance(30_000);
+      expect(await mtaWebhook(event)).toEqual({ status: 200, body: { success: true, applied: 0, duplicates: 1 } });
+      expect(emailEvents()).toEqual([['email.sent', id], ['email.delivered', id]]);
+    });
 
     it('sends through the MTA: 202 with an id, the job of mta.md with ipPool transactional', async () => {
       await api.call('POST', '/api/v1/contacts', { key, body: { email: 'reader@example.com' } });
@@ -133,6 +188,23 @@ describe('events and transactional', () => {
       const row = (await api.app.db.pool.query('SELECT * FROM email_sends WHERE id = $1', [r.body.data.id])).rows[0];
       expect(row).toMatchObject({ type: 'transactional', status: 'accepted', provider: 'mta', provider_message_id: 'mta-1', from_email: 'hello@acme.test', subject: 'Your receipt' });
       expect(row.contact_id).toMatch(/^ct_/);
+    });
+
+    it('delivery feedback that overtakes the hand-over\'s record: the send stays delivered, still one email.sent and one email.delivered', async () => {
+      // The MTA delivers and reports before it has even answered POST /send.
+      mta.setResponder(async (req) => {
+        const job = JSON.parse(req.rawBody.toString());
+        const event = JSON.stringify({ event: 'sent', timestamp: new Date(clock.now()).toISOString(), data: { messageId: job.messageId, to: job.to, smtpCode: 250, smtpResponse: '250 OK' } });
+        expect((await mtaWebhook(event)).body).toEqual({ success: true, applied: 1, duplicates: 0 });
+        return { status: 202, body: { data: { jobId: 'job_fast', messageId: job.messageId, status: 'queued' } } };
+      });
+      emitted.length = 0;
+      const r = await api.call('POST', '/api/v1/transactional', { key, body: { ...mail, to: 'fast@example.com' } });
+      expect(r.status, JSON.stringify(r.body)).toBe(202);
+      const id = r.body.data.id as string;
+      expect(emailEvents()).toEqual([['email.delivered', id], ['email.sent', id]]);
+      const row = (await api.app.db.pool.query('SELECT status, provider_message_id FROM email_sends WHERE id = $1', [id])).rows[0];
+      expect(row).toEqual({ status: 'delivered', provider_message_id: id });
     });
 
     it('fails closed: EMAIL_PROVIDER unset, unsupported or incomplete → 503 with a clear message, nothing recorded or sent', async () => {
@@ -217,9 +289,11 @@ describe('events and transactional', () => {
       expect(d.body.error.data.reason).toBe('provider_error');
       const failed = (await api.app.db.pool.query(`SELECT id, status FROM email_sends WHERE idempotency_key = 'order-43'`)).rows;
       expect(failed).toEqual([{ id: expect.any(String), status: 'failed' }]);
+      expect(emailEvents().filter(([, id]) => id === failed[0].id)).toEqual([]); // refused: not sent
       const e = await api.call('POST', '/api/v1/transactional', { key, body: mail, headers: h2 });
       expect(e.status).toBe(202);
       expect(e.body.data.id).toBe(failed[0].id);
+      expect(emailEvents().filter(([, id]) => id === failed[0].id)).toEqual([['email.sent', failed[0].id]]);
       const jobs = mta.requests.slice(-2).map((r) => JSON.parse(r.rawBody.toString()).messageId);
       expect(jobs).toEqual([failed[0].id, failed[0].id]);
     });

@@ -135,6 +135,9 @@ describe('topics', () => {
       expect(job.subject).toContain('Letters');
       expect(send).toMatchObject({ type: 'transactional', status: 'accepted', provider: 'mta', provider_message_id: 'mta-msg-1', to_email: 'member@example.com' });
       expect(send.metadata).toEqual({ purpose: 'doi_confirmation', topicId: t.id });
+      // The confirmation email is a send like any other: one email.sent at hand-over.
+      const sentEvents = emitted.filter((e) => e.name === 'email.sent' && (e.data as { emailId: string }).emailId === send.id);
+      expect(sentEvents.map((e) => e.data)).toEqual([expect.objectContaining({ to: 'member@example.com', contactId: contact.id, type: 'transactional', campaignId: null, subject: send.subject })]);
 
       const link = /http:\/\/lettermill\.test\/confirm\/doi\?token=([A-Za-z0-9_%.-]+)/.exec(job.text)!;
       expect(link).not.toBeNull();

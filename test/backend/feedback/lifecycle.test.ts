@@ -62,6 +62,19 @@ describe('status ordering', () => {
     expect(act.rows.map((r) => r.type).sort()).toEqual(['email.complained', 'email.delivered', 'email.delivered']);
   });
 
+  it('a provider\'s "sent" report (relay sent, SES Send) moves the status but emits no email.sent: the hand-over already did', async () => {
+    const to = 'handed@example.test';
+    const send = await createSend(db, { to, providerMessageId: 'hs1', status: 'accepted', provider: 'smtp' });
+    await relay([{ event: 'sent', messageId: 'hs1', recipient: to }]);
+    expect(await sendStatus(db, send)).toBe('sent');
+    expect(emittedNames()).toEqual([]);
+    await relay([{ event: 'delivered', messageId: 'hs1', recipient: to }]);
+    expect(await sendStatus(db, send)).toBe('delivered');
+    expect(app.emitted.map((e) => [e.name, (e.data as any).emailId, (e.data as any).smtpResponse])).toEqual([['email.delivered', send, null]]);
+    const act = await db.pool.query('SELECT type FROM contact_activity WHERE email = $1 ORDER BY id', [to]);
+    expect(act.rows.map((r) => r.type)).toEqual(['email.sent', 'email.delivered']);
+  });
+
   it('failed and rejected end the send without blocklisting', async () => {
     const a = await createSend(db, { to: 'failed@example.test', providerMessageId: 'f1', provider: 'smtp' });
     const b = await createSend(db, { to: 'rejected@example.test', providerMessageId: 'f2', provider: 'smtp' });

@@ -44,14 +44,34 @@ const admin = async (method: string, path: string, body?: unknown) => {
 const logged = (msg: RegExp) => app.logs.filter((l) => msg.test(l.msg));
 
 describe('MTA lifecycle events', () => {
-  it('sent marks the send as dispatched and emits email.sent', async () => {
+  it('sent (the MX accepted the message) marks the send dispatched as delivered and emits email.delivered with the MX reply', async () => {
     const contactId = await createContact(db, 'sent@example.test');
     const send = await createSend(db, { to: 'sent@example.test', providerMessageId: 'mta-m-sent', contactId });
     app.emitted.length = 0;
-    expect((await mta('sent', { messageId: 'mta-m-sent', recipient: 'sent@example.test', mxHost: 'mx.example.test' })).status).toBe(200);
-    expect(await sendStatus(db, send)).toBe('sent');
-    expect(app.emitted.map((e) => [e.name, (e.data as any).emailId])).toEqual([['email.sent', send]]);
-    expect((await db.pool.query(`SELECT type, contact_id FROM contact_activity WHERE email = 'sent@example.test'`)).rows).toEqual([{ type: 'email.sent', contact_id: contactId }]);
+    // The shape src/mta/effects.ts posts once the MX answered 2xx to DATA.
+    const data = {
+      messageId: 'mta-m-sent', jobId: 'job_7', organizationId: 'default', campaignId: 'cmp_1', to: 'sent@example.test', domain: 'example.test',
+      pool: 'campaign', ip: '127.0.0.3', mxHost: 'mx.example.test', smtpCode: 250, smtpResponse: '250 2.0.0 Ok: queued as 4XyZ', tls: true, attempt: 1,
+    };
+    expect((await mta('sent', data)).status).toBe(200);
+    expect(await sendStatus(db, send)).toBe('delivered');
+    expect(app.emitted.map((e) => e.name)).toEqual(['email.delivered']);
+    expect(app.emitted[0]!.data).toEqual({
+      emailId: send,
+      messageId: `<${send}@lettermill.test>`,
+      to: 'sent@example.test',
+      from: 'news@lettermill.test',
+      subject: 'January news',
+      contactId,
+      type: 'campaign',
+      campaignId: 'cmp_1',
+      deliveredAt: new Date(app.clock.now()).toISOString(),
+      smtpResponse: '250 2.0.0 Ok: queued as 4XyZ',
+    });
+    expect((await db.pool.query(`SELECT type, contact_id FROM contact_activity WHERE email = 'sent@example.test'`)).rows).toEqual([{ type: 'email.delivered', contact_id: contactId }]);
+    // The same event again (the MTA's retry) changes nothing and emits nothing.
+    expect((await mta('sent', data)).body).toEqual({ success: true, applied: 0, duplicates: 1 });
+    expect(app.emitted).toHaveLength(1);
   });
 
   it('bounced (hard) blocklists with the reason, updates the send and activity; soft does not blocklist', async () => {
@@ -107,13 +127,18 @@ describe('MTA lifecycle events', () => {
       { success: true, applied: 0, duplicates: 1 },
       { success: true, applied: 0, duplicates: 1 },
     ]);
-    expect(await sendStatus(db, send)).toBe('sent');
+    expect(await sendStatus(db, send)).toBe('delivered');
   });
 
-  it('a late sent never moves a delivered send backwards', async () => {
+  it('a second sent for a delivered send emits nothing; a sent never moves a bounced send backwards', async () => {
     const send = await createSend(db, { to: 'late@example.test', providerMessageId: 'mta-m-late', status: 'delivered' });
-    await mta('sent', { messageId: 'mta-m-late', recipient: 'late@example.test' });
+    const bounced = await createSend(db, { to: 'late2@example.test', providerMessageId: 'mta-m-late2', status: 'bounced' });
+    app.emitted.length = 0;
+    expect((await mta('sent', { messageId: 'mta-m-late', recipient: 'late@example.test' })).body).toEqual({ success: true, applied: 1, duplicates: 0 });
+    expect((await mta('sent', { messageId: 'mta-m-late2', recipient: 'late2@example.test' })).body).toEqual({ success: true, applied: 1, duplicates: 0 });
     expect(await sendStatus(db, send)).toBe('delivered');
+    expect(await sendStatus(db, bounced)).toBe('bounced');
+    expect(app.emitted).toEqual([]);
   });
 });
 

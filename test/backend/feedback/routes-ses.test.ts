@@ -8,6 +8,7 @@ import { createTestDatabase, type TestDatabase } from '../../harness/db.js';
 import { feedbackState, NOW, startFeedbackApp, type FeedbackApp } from './app.js';
 import { fixture, pinnedCertificates, REAL_SNS, recordingFetcher, signSns, TEST_TOPIC } from './helpers.js';
 import { ManualClock } from '../../../src/shared/clock.js';
+import { createSend, sendStatus } from './sends-fixture.js';
 
 let db: TestDatabase;
 let app: FeedbackApp;
@@ -84,6 +85,24 @@ describe('SES through SNS', () => {
     expect((await db.pool.query(`SELECT reason FROM suppressions WHERE email = 'richard@example.com'`)).rows).toEqual([{ reason: 'complaint' }]);
     const d = await postSns(app, notification('sns-delivery-1', JSON.parse(fixture('feedback/ses-delivery.json').toString())));
     expect((await d.json() as any)).toEqual({ success: true, applied: 2, duplicates: 0 });
+  });
+
+  it('Send moves a known send to sent without emitting (the hand-over emitted email.sent); Delivery emits email.delivered with the SMTP reply', async () => {
+    const delivery = JSON.parse(fixture('feedback/ses-delivery.json').toString());
+    delivery.mail.messageId = 'ses-known-1';
+    delivery.mail.destination = ['known@example.com'];
+    delivery.delivery.recipients = ['known@example.com'];
+    const send = await createSend(db, { to: 'known@example.com', providerMessageId: 'ses-known-1', provider: 'ses', type: 'transactional' });
+    app.emitted.length = 0;
+    const sendNote = { eventType: 'Send', mail: delivery.mail, send: {} };
+    expect(await (await postSns(app, notification('sns-send-known', sendNote))).json()).toEqual({ success: true, applied: 1, duplicates: 0 });
+    expect(await sendStatus(db, send)).toBe('sent');
+    expect(app.emitted).toEqual([]);
+    expect(await (await postSns(app, notification('sns-delivery-known', delivery))).json()).toEqual({ success: true, applied: 1, duplicates: 0 });
+    expect(await sendStatus(db, send)).toBe('delivered');
+    expect(app.emitted.map((e) => [e.name, (e.data as any).emailId, (e.data as any).smtpResponse, (e.data as any).deliveredAt])).toEqual([
+      ['email.delivered', send, '250 2.6.0 Message received', '2026-01-01T11:59:52.000Z'],
+    ]);
   });
 
   it('a certificate URL on another host is refused (401) without being fetched', async () => {

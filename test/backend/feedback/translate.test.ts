@@ -24,6 +24,18 @@ describe('MTA translation', () => {
     expect(soft!.bounce).toMatchObject({ type: 'soft', reason: 'userunknown' });
   });
 
+  it('sent (the MX answered 2xx to DATA) is delivery, with the MX\'s reply', () => {
+    // The shape src/mta/effects.ts posts.
+    const data = { messageId: 'es_1', jobId: 'job_1', to: 'A@X.test', domain: 'x.test', mxHost: 'mx.x.test', smtpCode: 250, smtpResponse: '250 2.0.0 OK queued as 12345', tls: true, attempt: 1 };
+    const [e] = lifecycle(translateMta(json({ event: 'sent', timestamp: '2026-01-01T11:59:58.000Z', data }), NOW));
+    expect(e).toMatchObject({ status: 'delivered', recipient: 'a@x.test', providerMessageId: 'es_1', occurredAt: NOW - 2000, delivery: { smtpResponse: '250 2.0.0 OK queued as 12345' } });
+    // A reply line without its code gets smtpCode in front; no reply at all is null.
+    const [bare] = lifecycle(translateMta(json({ event: 'sent', data: { ...data, smtpResponse: 'OK' } }), NOW));
+    expect(bare!.delivery).toEqual({ smtpResponse: '250 OK' });
+    const [none] = lifecycle(translateMta(json({ event: 'sent', data: { messageId: 'es_1', recipient: 'a@x.test' } }), NOW));
+    expect(none).toMatchObject({ status: 'delivered', delivery: { smtpResponse: null } });
+  });
+
   it('an event id is the MTA\'s id, or a hash that ignores key order (dead-letter retries re-serialize)', () => {
     const a = translateMta(Buffer.from('{"event":"sent","timestamp":"t","data":{"messageId":"m","recipient":"a@x.test"}}'), NOW);
     const b = translateMta(Buffer.from('{"data":{"recipient":"a@x.test","messageId":"m"},"timestamp":"t","event":"sent"}'), NOW);
@@ -89,9 +101,9 @@ describe('SES translation', () => {
   it('Complaint and Delivery', () => {
     expect(lifecycle(translateSes(fixture('feedback/ses-complaint.json').toString(), 's', NOW))[0]).toMatchObject({ status: 'complained', complaint: { feedbackType: 'abuse' } });
     const d = lifecycle(translateSes(fixture('feedback/ses-delivery.json').toString(), 's', NOW));
-    expect(d.map((e) => [e.status, e.recipient])).toEqual([
-      ['delivered', 'success@example.com'],
-      ['delivered', 'second@example.com'],
+    expect(d.map((e) => [e.status, e.recipient, e.delivery?.smtpResponse])).toEqual([
+      ['delivered', 'success@example.com', '250 2.6.0 Message received'],
+      ['delivered', 'second@example.com', '250 2.6.0 Message received'],
     ]);
   });
 

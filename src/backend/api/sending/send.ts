@@ -7,6 +7,9 @@
  * id and sends nothing again; with a different request it is a 409. A send the provider
  * refused (status failed), or one left `sending` by a crashed process, is attempted again
  * under the same id (the MTA de-duplicates on the job's messageId).
+ *
+ * `email.sent` is emitted here, once per send: by the request that first records the
+ * provider's acceptance (recordHandOff), and awaited so it is durable before the answer.
  */
 import type { Clock } from '../../../shared/clock.js';
 import type { Config } from '../../../shared/config.js';
@@ -14,6 +17,8 @@ import { newId } from '../../../shared/crypto.js';
 import type { Db } from '../../../shared/db/pool.js';
 import { AppError, conflict } from '../../../shared/errors.js';
 import type { Logger } from '../../../shared/log.js';
+import type { EventBus } from '../../events.js';
+import { emailRefColumns, emailSentData, type EmailRefRow } from '../../webhooks/email-events.js';
 import { TRANSACTIONAL } from '../policy.js';
 import { closeProviders, ProviderError, resolveProvider, type EmailProvider, type OutboundMessage } from './provider.js';
 
@@ -54,7 +59,7 @@ interface SendRow {
 export class SendService {
   private readonly providers = new Map<string, EmailProvider>();
 
-  constructor(private readonly d: { db: Db; clock: Clock; log: Logger; config: Config }) {}
+  constructor(private readonly d: { db: Db; clock: Clock; log: Logger; config: Config; events?: Pick<EventBus, 'emit'> }) {}
 
   /** The provider sends would use now; throws the 503 that refuses a send. */
   provider(): EmailProvider {
@@ -117,11 +122,9 @@ export class SendService {
     };
     try {
       const result = await provider.send(message);
-      await this.d.db.query(
-        `UPDATE email_sends SET status = 'accepted', provider_message_id = $2, message_id = coalesce($3, message_id), updated_at = $4
-          WHERE id = $1 AND status = 'sending'`,
-        [id, result.providerMessageId, result.messageId, new Date(this.d.clock.now())],
-      );
+      const at = this.d.clock.now();
+      const first = await recordHandOff(this.d.db, { id, providerMessageId: result.providerMessageId, messageId: result.messageId, at });
+      if (first) await this.d.events?.emit('email.sent', emailSentData(first, at));
       return { id, status: 'accepted', replayed: false };
     } catch (err) {
       const message = err instanceof ProviderError ? err.message : `Sending failed: ${(err as Error).message}`;
@@ -142,4 +145,28 @@ export class SendService {
   async close(): Promise<void> {
     await closeProviders(this.providers);
   }
+}
+
+/**
+ * Records that the provider accepted a send: `sending` → `accepted` (a status feedback already
+ * moved further is kept) and the provider's ids. Returns the row when this is the first
+ * recorded hand-over of the send — the one that emits `email.sent` — else null.
+ *
+ * "First" is "provider_message_id was still NULL": a recorded hand-over always leaves it set
+ * (the send id when the provider names none), and feedback never writes it. Unlike the status,
+ * this also holds when delivery feedback overtook the hand-over's record, and when a send
+ * that was accepted and later failed is attempted again under its Idempotency-Key.
+ */
+async function recordHandOff(db: Db, h: { id: string; providerMessageId: string | null; messageId: string | null; at: number }): Promise<EmailRefRow | null> {
+  const r = await db.query<EmailRefRow & { first: boolean }>(
+    `WITH prior AS (SELECT id, provider_message_id FROM email_sends WHERE id = $1 AND (status = 'sending' OR provider_message_id IS NULL) FOR UPDATE)
+     UPDATE email_sends e
+        SET status = CASE WHEN e.status = 'sending' THEN 'accepted' ELSE e.status END,
+            provider_message_id = coalesce($2, e.id), message_id = coalesce($3, e.message_id), updated_at = $4
+       FROM prior p WHERE e.id = p.id
+     RETURNING ${emailRefColumns('e')}, p.provider_message_id IS NULL AS first`,
+    [h.id, h.providerMessageId, h.messageId, new Date(h.at)],
+  );
+  const row = r.rows[0];
+  return row?.first ? row : null;
 }

@@ -1,6 +1,10 @@
 /**
  * The bundled MTA's events: `{ event, timestamp, data, id? }` (see docs/feedback.md for
  * each data shape). Delivery events become lifecycle events; the rest are operational.
+ *
+ * The MTA posts `sent` only after the recipient's MX answered 2xx to DATA (src/mta/effects.ts),
+ * which is delivery in the lifecycle's (and Resend's) terms: it becomes `delivered`, with the
+ * MX's reply. `email.sent` is the backend's own, emitted at hand-over.
  */
 import {
   FeedbackFormatError,
@@ -25,6 +29,14 @@ function addresses(v: unknown): string[] {
   return list.map(normEmail).filter((e): e is string => e !== null);
 }
 
+/** The MX's reply as the MTA reports it (`smtpResponse` is the reply line; `smtpCode` is prefixed when the line lacks it). */
+function smtpReply(data: Json): string | null {
+  const text = optString(data.smtpResponse ?? data.response, 1000);
+  if (!text) return null;
+  const code = typeof data.smtpCode === 'number' && Number.isInteger(data.smtpCode) ? data.smtpCode : null;
+  return code !== null && !/^\d{3}\b/.test(text) ? `${code} ${text}` : text;
+}
+
 export function translateMta(body: Buffer, nowMs: number): Translation {
   const root = asObject(parseJson(body), 'MTA event');
   const event = optString(root.event, 100);
@@ -44,7 +56,17 @@ export function translateMta(body: Buffer, nowMs: number): Translation {
 
   switch (event) {
     case 'sent':
-      return { events: [{ kind: 'lifecycle', ...common, status: 'sent', recipient: requireEmail(data.recipient ?? data.to, 'data.recipient') }] };
+      return {
+        events: [
+          {
+            kind: 'lifecycle',
+            ...common,
+            status: 'delivered',
+            recipient: requireEmail(data.recipient ?? data.to, 'data.recipient'),
+            delivery: { smtpResponse: smtpReply(data) },
+          },
+        ],
+      };
     case 'bounced': {
       const hardFlag = typeof data.hard === 'boolean' ? (data.hard ? 'hard' : 'soft') : optString(data.bounceType, 20);
       if (!hardFlag) throw new FeedbackFormatError('A bounced event needs data.bounceType (hard or soft) or data.hard');

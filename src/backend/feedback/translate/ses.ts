@@ -71,7 +71,8 @@ export function translateSes(message: string, snsMessageId: string, nowMs: numbe
     case 'Delivery': {
       const d = asObject(n.delivery, 'SES delivery');
       const at = timeMs(d.timestamp, nowMs);
-      return per(recipients(d.recipients, null), (recipient, eventId) => ({ ...base, eventId, recipient, occurredAt: at, status: 'delivered' }));
+      const smtpResponse = optString(d.smtpResponse, 1000);
+      return per(recipients(d.recipients, null), (recipient, eventId) => ({ ...base, eventId, recipient, occurredAt: at, status: 'delivered', delivery: { smtpResponse } }));
     }
     case 'Send':
       return per(recipients(mail.destination, null), (recipient, eventId) => ({

@@ -1,0 +1,91 @@
+/**
+ * The engine inside the real MTA (startTestApp, role mta): POST /send → queue → ten phases →
+ * delivery to a scriptable sink; a 5xx user-unknown lands the address in suppression.
+ */
+import { generateKeyPairSync } from 'node:crypto';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { startTestApp, type TestApp } from '../../harness/app.js';
+import { startDnsServer, type DnsServer } from '../../harness/dns.js';
+import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
+import { dkimpyVerify } from './dkimpy.js';
+
+const KEY = 'lm_mta_e2e_0123456789abcdefghijklmnopqrstuvwxyz';
+const rsaPem = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+let dns: DnsServer;
+let sink: SmtpSink;
+let app: TestApp;
+
+const api = async (method: string, path: string, body?: unknown) => {
+  const res = await fetch(`${app.mtaUrl}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${KEY}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  return { status: res.status, body: (await res.json()) as any };
+};
+
+beforeAll(async () => {
+  sink = await startSmtpSink({ host: '127.0.0.16', port: 0 });
+  const { dkimTxtRecord } = await import('../../../src/mta/delivery/dkim/keys.js');
+  dns = await startDnsServer({
+    zones: {
+      'e2e.test': [
+        { name: '@', type: 'MX', value: '10 mx.e2e.test' },
+        { name: 'mx', type: 'A', value: '127.0.0.16' },
+      ],
+      'sender.test': [{ name: 'e2e._domainkey', type: 'TXT', value: dkimTxtRecord(rsaPem) }],
+    },
+  });
+  app = await startTestApp({
+    role: 'mta',
+    env: {
+      MTA_API_KEY: KEY,
+      BOUNCE_VERP_KEY: 'e2e-verp-key-0123456789abcdef',
+      BOUNCE_HOST: 'bounces.sender.test',
+      DNS_SERVERS: dns.servers,
+      MTA_DELIVERY_PORT: String(sink.port),
+      MTA_POOLS: 'transactional:127.0.0.2@mta1.sender.test;campaign:127.0.0.3@mta2.sender.test',
+      MTA_WARMED_IPS: '127.0.0.2,127.0.0.3',
+      EMAIL_PROVIDER: 'mta',
+    },
+  });
+  expect((await api('POST', '/dkim', { domain: 'sender.test', selector: 'e2e', privateKey: rsaPem })).status).toBeLessThan(300);
+}, 120_000);
+
+afterAll(async () => {
+  await app?.close();
+  await Promise.all([sink?.close(), dns?.stop()]);
+});
+
+const job = (to: string, messageId: string) => ({
+  messageId,
+  to,
+  from: 'News <news@sender.test>',
+  subject: 'Hello',
+  html: '<p>Hello</p>',
+  ipPool: 'transactional',
+  organizationId: 'org-e2e',
+  dkimDomain: 'sender.test',
+});
+
+it('POST /send is delivered from the pool IP, DKIM-signed, and logged as sent', async () => {
+  expect((await api('POST', '/send', job('alice@e2e.test', 'e2e-1'))).status).toBe(202);
+  const [m] = await sink.waitForMessages(1, 20_000);
+  expect(m.remoteAddress).toBe('127.0.0.2');
+  expect(m.clientHostname).toBe('mta1.sender.test');
+  expect(m.rcptTo).toEqual(['alice@e2e.test']);
+  expect(await dkimpyVerify(m.data, dns)).toEqual(['pass']);
+});
+
+it('a 5xx user unknown at the sink puts the address into suppression (hard_bounce)', async () => {
+  sink.setRcptRule((rcpt) => (rcpt === 'gone@e2e.test' ? { code: 550, message: '5.1.1 <gone@e2e.test>: Recipient address rejected: User unknown' } : undefined));
+  expect((await api('POST', '/send', job('gone@e2e.test', 'e2e-2'))).status).toBe(202);
+  await sink.waitUntil(() => sink.rejections.length >= 1, 20_000, 'the RCPT rejection');
+  let check: any;
+  for (let i = 0; i < 100; i++) {
+    check = (await api('GET', '/suppression/check/gone@e2e.test')).body.data;
+    if (check.suppressed) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  expect(check).toMatchObject({ suppressed: true, reason: 'hard_bounce' });
+});
