@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../../src/shared/clock.js';
+import { Queue } from '../../../src/shared/queue/queue.js';
+import { CAMPAIGN_QUEUE } from '../../../src/backend/campaigns/policy.js';
 import { startHttpReceiver, type HttpReceiver, type RecordedRequest } from '../../harness/http-receiver.js';
 import { createTestDatabase } from '../../harness/db.js';
 import { startTestApp } from '../../harness/app.js';
@@ -7,6 +9,7 @@ import { ADMIN_TOKEN, call, createTopic, eventually, freePort, membership, start
 
 const MTA_OK = { status: 202, body: { data: { jobId: 'job', messageId: 'mid', status: 'queued' } } };
 const jobsOf = (reqs: RecordedRequest[]) => reqs.map((r) => JSON.parse(r.rawBody.toString()));
+const sentEvents = (b: Backend, campaignId: string) => b.events.filter((e) => e.name === 'email.sent' && (e.data as { campaignId: string }).campaignId === campaignId);
 
 const HTML = `<!doctype html><html><body>
 <h1>Spring sale</h1>
@@ -111,6 +114,34 @@ describe('campaign to a topic of 1,000 members', () => {
     expect(view.body.data).toMatchObject({ status: 'sent', recipients: 700, progress: { handedOver: 700, inFlight: 0, failed: 0, byStatus: { accepted: 700 } } });
     const rows = (await b.app.db.pool.query(`SELECT status, count(*)::int AS n FROM email_sends WHERE campaign_id = $1 GROUP BY status`, [campaignId])).rows;
     expect(rows).toEqual([{ status: 'accepted', n: 700 }]);
+
+    // One email.sent per recipient handed over, naming its send.
+    const handed = sentEvents(b, campaignId);
+    expect(handed).toHaveLength(700);
+    expect(new Set(handed.map((e) => (e.data as { emailId: string }).emailId))).toEqual(new Set(jobs.map((j) => j.messageId)));
+    const m3 = jobs.find((j) => j.to === 'm3@list.example');
+    expect(handed.find((e) => (e.data as { emailId: string }).emailId === m3.messageId)!.data).toEqual({
+      emailId: m3.messageId,
+      messageId: null,
+      to: 'm3@list.example',
+      from: 'news@acme.example',
+      subject: 'Spring sale is on',
+      contactId: 'ct_m00003',
+      type: 'campaign',
+      campaignId,
+      sentAt: new Date(clock.now()).toISOString(),
+    });
+  });
+
+  it('handed over again under the same send ids (a replay from the cursor), it emits no second email.sent', async () => {
+    await b.app.db.pool.query(`UPDATE campaigns SET status = 'sending', cursor_contact = NULL WHERE id = $1`, [campaignId]);
+    await new Queue({ db: b.app.db.pool, clock, options: CAMPAIGN_QUEUE }).enqueue({ groupKey: `campaign:${campaignId}`, payload: { campaignId } });
+    await mta.waitFor(1400, 60_000);
+    await eventually(async () => (await b.app.db.pool.query(`SELECT status FROM campaigns WHERE id = $1`, [campaignId])).rows[0].status === 'sent', 30_000);
+    expect(new Set(jobsOf(mta.requests.slice(700)).map((j) => j.messageId))).toEqual(new Set(jobs.map((j) => j.messageId)));
+    expect(sentEvents(b, campaignId)).toHaveLength(700);
+    const rows = (await b.app.db.pool.query(`SELECT status, count(*)::int AS n FROM email_sends WHERE campaign_id = $1 GROUP BY status`, [campaignId])).rows;
+    expect(rows).toEqual([{ status: 'accepted', n: 700 }]);
   });
 
   it('each message has the pixel, rewritten links, both List-Unsubscribe headers, unsubscribe, preference and archive links', async () => {
@@ -196,6 +227,7 @@ describe('campaign to a topic of 1,000 members', () => {
     expect(second.find((j) => j.to === 'm4@list.example')).toBeUndefined();
     expect(second.find((j) => j.to === 'm8@list.example')).toBeUndefined();
     expect(second.find((j) => j.to === 'm10@list.example')).toBeUndefined(); // pending DOI
+    await eventually(async () => sentEvents(b, c2.body.data.id).length === 699);
   });
 });
 
@@ -266,6 +298,8 @@ describe('campaign sending rules', () => {
       const failed = (await b.app.db.pool.query(`SELECT status, error FROM email_sends WHERE to_email = 'bad@list.example'`)).rows[0];
       expect(failed.status).toBe('failed');
       expect(failed.error).toContain('invalid recipient');
+      // email.sent for the two the MTA accepted (once each, after the retry), none for the refused one.
+      expect(sentEvents(b, id).map((e) => (e.data as { to: string }).to).sort()).toEqual(['a@list.example', 'c@list.example']);
       // Same message ids on the retry (the MTA de-duplicates on them).
       const ids = jobsOf(mta.requests).filter((j) => j.to === 'a@list.example').map((j) => j.messageId);
       expect(ids).toHaveLength(2);

@@ -153,6 +153,34 @@ describe.each(SOURCES)('a hard bounce from $name', (source) => {
   });
 });
 
+describe('delivery reported by the bundled MTA', () => {
+  it('its sent event is one email.delivered webhook with the MX reply, and no email.sent; a replay changes nothing', async () => {
+    const to = 'delivered-mta@example.test';
+    const contactId = await createContact(db, to);
+    const sendId = await createSend(db, { to, providerMessageId: null, contactId, type: 'transactional' });
+    // The MTA's job messageId is our send id; it echoes it as data.messageId.
+    await db.pool.query('UPDATE email_sends SET provider_message_id = id WHERE id = $1', [sendId]);
+    const body = JSON.stringify({
+      event: 'sent',
+      timestamp: new Date(NOW - 500).toISOString(),
+      data: { messageId: sendId, to, domain: 'example.test', mxHost: 'mx.example.test', smtpCode: 250, smtpResponse: '250 2.0.0 OK 1767268799 x1', tls: true, attempt: 1 },
+    });
+    const req = { path: '/webhooks/mta', body, headers: { 'content-type': 'application/json', 'x-mta-timestamp': String(NOW_S), 'x-mta-signature': hexHmac(SECRETS.MTA_WEBHOOK_SECRET, NOW_S, body) } };
+    expect(await (await post(req)).json()).toEqual({ success: true, applied: 1, duplicates: 0 });
+    expect(await sendStatus(db, sendId)).toBe('delivered');
+    const posts = () => receiver.requests.map((r) => JSON.parse(r.rawBody.toString())).filter((b) => b.data.emailId === sendId);
+    const deadline = Date.now() + 15_000;
+    while (posts().length < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
+    expect(posts().map((p) => p.event)).toEqual(['email.delivered']);
+    expect(posts()[0].data).toMatchObject({ emailId: sendId, to, contactId, type: 'transactional', smtpResponse: '250 2.0.0 OK 1767268799 x1', deliveredAt: new Date(NOW - 500).toISOString() });
+
+    expect(await (await post(req)).json()).toEqual({ success: true, applied: 0, duplicates: 1 });
+    await settled();
+    expect(posts()).toHaveLength(1);
+    expect(app.emitted.filter((e) => (e.data as { emailId?: string }).emailId === sendId).map((e) => e.name)).toEqual(['email.delivered']);
+  });
+});
+
 describe('the same event concurrently', () => {
   it('two simultaneous deliveries of one event apply it once', async () => {
     const to = 'race@example.test';

@@ -1,6 +1,6 @@
 /** EMAIL_PROVIDER=mta: POST {MTA_URL}/send with the email job of mta.md. */
-import type { EmailProvider, OutboundMessage, ProviderResult } from './provider.js';
-import { ProviderError } from './provider.js';
+import type { EmailProvider, OutboundMessage, ProviderResult } from './types.js';
+import { ProviderError } from './types.js';
 
 export class MtaProvider implements EmailProvider {
   readonly name = 'mta';

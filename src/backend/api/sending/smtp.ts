@@ -1,7 +1,7 @@
 /** EMAIL_PROVIDER=smtp: a generic SMTP relay (SMTP_RELAY_URL, smtp:// or smtps://, credentials in the URL). */
 import nodemailer, { type Transporter } from 'nodemailer';
-import type { EmailProvider, OutboundMessage, ProviderResult } from './provider.js';
-import { ProviderError } from './provider.js';
+import type { EmailProvider, OutboundMessage, ProviderResult } from './types.js';
+import { ProviderError } from './types.js';
 
 export class SmtpRelayProvider implements EmailProvider {
   readonly name = 'smtp';

@@ -1,0 +1,41 @@
+/** The contract every sending provider implements (kept apart from resolution: no cycles). */
+/** One message to one recipient, as every provider receives it. */
+export interface OutboundMessage {
+  /** Our email_sends id: the MTA job's messageId, echoed back in feedback for correlation. */
+  id: string;
+  to: string;
+  /** RFC 5322 mailbox (`Name <a@b>` or `a@b`). */
+  from: string;
+  subject: string;
+  html: string;
+  text?: string;
+  replyTo?: string;
+  headers?: Record<string, string>;
+  ipPool: 'transactional' | 'campaign';
+  /** The From domain: the MTA signs with its DKIM key. */
+  dkimDomain: string;
+  campaignId?: string | null;
+}
+
+export interface ProviderResult {
+  /** The provider's id for the message (what its feedback webhooks name). */
+  providerMessageId: string | null;
+  /** RFC 5322 Message-ID, when the provider tells. */
+  messageId: string | null;
+}
+
+/** The provider did not take the message. `retryable`: a later attempt may succeed. */
+export class ProviderError extends Error {
+  constructor(
+    message: string,
+    readonly retryable: boolean,
+  ) {
+    super(message);
+    this.name = 'ProviderError';
+  }
+}
+
+export interface EmailProvider {
+  readonly name: string;
+  send(message: OutboundMessage): Promise<ProviderResult>;
+}
