@@ -32,6 +32,7 @@ import type { Coordination } from '../src/shared/coord/types.js';
 import { migrate } from '../src/shared/db/migrate.js';
 import { createPool, type Db } from '../src/shared/db/pool.js';
 import { silentLogger } from '../src/shared/log.js';
+import { redisAnswers } from '../test/harness/redis-probe.js';
 import type { Services } from '../src/shared/services.js';
 import { createMta, type MtaInstance } from '../src/mta/app.js';
 import type { Deliverer } from '../src/mta/delivery/types.js';
@@ -126,19 +127,6 @@ function countQueries(db: Db): { count: () => number } {
   return { count: () => n };
 }
 
-async function redisAvailable(url: string): Promise<boolean> {
-  const r = new Redis(url, { lazyConnect: true, connectTimeout: 1000, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  r.on('error', () => {});
-  try {
-    await r.connect();
-    return (await r.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    r.disconnect();
-  }
-}
-
 async function main(): Promise<void> {
   let url = process.env.DATABASE_URL;
   let embedded: EmbeddedStore | undefined;
@@ -187,7 +175,7 @@ async function main(): Promise<void> {
     await mta.stop();
 
     // ---- Redis coordination
-    if (!(await redisAvailable(REDIS_URL))) {
+    if (!(await redisAnswers(REDIS_URL))) {
       print('');
       print(`Redis at ${REDIS_URL} does not answer: Redis run skipped`);
     } else {

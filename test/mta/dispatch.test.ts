@@ -184,6 +184,29 @@ describe('pipeline outcomes', () => {
     expect(job.history.at(-1)).toMatchObject({ outcome: 'deferred', reason: 'org_limit: org_limit_hourly' });
   });
 
+  it('a group-wide phase deferral (degraded domain) pauses the queue group; a per-organization one does not', async () => {
+    const d = `degraded-${++n}.example`;
+    for (let i = 0; i < 20; i++) await t.mta.context.state.intel.record(d, 'temp');
+    const calls = t.deliverer.calls.length;
+    const { outcome, job } = await sendAndRun({ to: `x@${d}` });
+    expect(outcome).toEqual({ type: 'defer', delayMs: 120_000, reason: 'smtp_intel: smtp_intel_degraded', scope: 'group' });
+    expect(job).toMatchObject({ state: 'pending', attempts: 0, runAt: t.clock.now() + 120_000 });
+    expect(job.history.at(-1)).toMatchObject({ outcome: 'deferred', scope: 'group' });
+    expect(await t.mta.context.queue.pausedUntil(job.groupKey)).toBe(t.clock.now() + 120_000);
+    // A second job of the group is not claimable until the pause passes.
+    const second = await t.call('POST', '/send', emailJob({ to: `y@${d}` }));
+    const claimed = await t.mta.context.queue.claim('test-worker', 100);
+    expect(claimed.map((j) => j.id)).not.toContain(second.body.data.jobId);
+    for (const j of claimed) await t.mta.context.queue.defer(j, 0, 'not this test');
+    expect(t.deliverer.calls.length).toBe(calls);
+
+    const org = `org-capped-${++n}`;
+    await t.mta.context.stores.orgLimits.set(org, { hourly: 0 });
+    const capped = await sendAndRun({ organizationId: org, to: 'x@capped.example' });
+    expect(capped.outcome).not.toHaveProperty('scope');
+    expect(await t.mta.context.queue.pausedUntil(capped.job.groupKey)).toBeNull();
+  });
+
   it('a screening drop ends the job as screened without delivery', async () => {
     const calls = t.deliverer.calls.length;
     const { outcome, body, job } = await sendAndRun({ dkimDomain: 'elsewhere.example' });

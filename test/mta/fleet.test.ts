@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/shared/clock.js';
 import { loadConfig } from '../../src/shared/config.js';
 import { RedisCoordination } from '../../src/shared/coord/redis.js';
@@ -16,25 +16,11 @@ import { orgLimit } from '../../src/mta/pipeline/04-org-limit.js';
 import { selectIp } from '../../src/mta/pipeline/08-select-ip.js';
 import { acquireSlot } from '../../src/mta/pipeline/09-acquire-slot.js';
 import { newContext } from '../../src/mta/pipeline/index.js';
+import { testRedis } from '../harness/redis.js';
 import { createTestDatabase, type TestDatabase } from '../harness/db.js';
 import { MASTER, payload, POOLS, ScriptedDeliverer } from './helpers.js';
 
-const configured = inject('redisUrl');
-const url = configured || 'redis://127.0.0.1:6379';
-async function reachable(): Promise<boolean> {
-  const r = new Redis(url, { lazyConnect: true, connectTimeout: 1000, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  r.on('error', () => {});
-  try {
-    await r.connect();
-    return (await r.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    r.disconnect();
-  }
-}
-const available = await reachable();
-if (configured && !available) throw new Error(`LM_TEST_REDIS_URL ${configured} is unreachable`);
+const { url, available } = await testRedis();
 
 describe.skipIf(!available)('a fleet of two MTA instances on Redis', () => {
   const prefix = `lmtest:mta:${randomBytes(6).toString('hex')}:`;

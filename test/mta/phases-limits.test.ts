@@ -70,13 +70,13 @@ describe('smtp_intel', () => {
     expect(await run('quiet.example')).toEqual({ type: 'continue' });
   });
 
-  it('defers while 4xx replies reach 30 % of at least 20 results (degraded), then lets traffic probe again', async () => {
+  it('defers the whole queue group while 4xx replies reach 30 % of at least 20 results (degraded), then lets traffic probe again', async () => {
     const d = `intel-${++n}.example`;
     for (let i = 0; i < 15; i++) await intel().record(d, 'ok');
     for (let i = 0; i < 6; i++) await intel().record(d, 'temp'); // 6 of 21 = 28.6 %
     expect(await run(d)).toEqual({ type: 'continue' });
     await intel().record(d, 'temp'); // 7 of 22 = 31.8 %
-    expect(await run(d)).toEqual({ type: 'defer', delayMs: 2 * MIN, reason: 'smtp_intel_degraded' });
+    expect(await run(d)).toEqual({ type: 'defer', delayMs: 2 * MIN, reason: 'smtp_intel_degraded', scope: 'group' });
     t.clock.advance(2 * MIN);
     expect(await run(d)).toEqual({ type: 'continue' });
   });
@@ -87,7 +87,7 @@ describe('smtp_intel', () => {
     for (let i = 0; i < 9; i++) await intel().record(d, 'block'); // 19 results: below the minimum sample
     expect(await run(d)).toEqual({ type: 'continue' });
     await intel().record(d, 'block');
-    expect(await run(d)).toEqual({ type: 'defer', delayMs: 30 * MIN, reason: 'smtp_intel_blocking' });
+    expect(await run(d)).toEqual({ type: 'defer', delayMs: 30 * MIN, reason: 'smtp_intel_blocking', scope: 'group' });
   });
 
   it('forgets results older than the 10-minute window', async () => {
@@ -112,19 +112,19 @@ describe('domain_backoff', () => {
   const backoff = () => t.mta.context.state.backoff;
   const run = (domain: string) => domainBackoff.run(ctxFor(t, { to: `x@${domain}` }));
 
-  it('defers after 3 connection failures in a row, doubling per further failure up to 30 minutes', async () => {
+  it('defers the whole queue group after 3 connection failures in a row, doubling per further failure up to 30 minutes', async () => {
     const d = `down-${++n}.example`;
     await backoff().recordFailure(d);
     await backoff().recordFailure(d);
     expect(await run(d)).toEqual({ type: 'continue' });
     await backoff().recordFailure(d);
-    expect(await run(d)).toEqual({ type: 'defer', delayMs: MIN, reason: 'domain_backoff' });
+    expect(await run(d)).toEqual({ type: 'defer', delayMs: MIN, reason: 'domain_backoff', scope: 'group' });
     await backoff().recordFailure(d);
-    expect(await run(d)).toEqual({ type: 'defer', delayMs: 2 * MIN, reason: 'domain_backoff' });
+    expect(await run(d)).toEqual({ type: 'defer', delayMs: 2 * MIN, reason: 'domain_backoff', scope: 'group' });
     for (let i = 0; i < 10; i++) await backoff().recordFailure(d);
-    expect(await run(d)).toEqual({ type: 'defer', delayMs: 30 * MIN, reason: 'domain_backoff' });
+    expect(await run(d)).toEqual({ type: 'defer', delayMs: 30 * MIN, reason: 'domain_backoff', scope: 'group' });
     t.clock.advance(10 * MIN);
-    expect(await run(d)).toEqual({ type: 'defer', delayMs: 20 * MIN, reason: 'domain_backoff' });
+    expect(await run(d)).toEqual({ type: 'defer', delayMs: 20 * MIN, reason: 'domain_backoff', scope: 'group' });
   });
 
   it('ends the backoff when the domain answers again', async () => {

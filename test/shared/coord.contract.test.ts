@@ -4,54 +4,20 @@
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/shared/clock.js';
 import { MemoryCoordination } from '../../src/shared/coord/memory.js';
 import { RedisCoordination } from '../../src/shared/coord/redis.js';
 import { createCoordination } from '../../src/shared/coord/index.js';
 import type { Coordination } from '../../src/shared/coord/types.js';
+import { deleteRedisKeys, testRedis } from '../harness/redis.js';
 
-const configuredRedisUrl = inject('redisUrl');
-const redisUrl = configuredRedisUrl || 'redis://127.0.0.1:6379';
+const { url: redisUrl, available: redisAvailable } = await testRedis();
 const keyPrefix = `lmtest:${randomBytes(6).toString('hex')}:`;
-
-async function probe(url: string): Promise<boolean> {
-  const r = new Redis(url, {
-    lazyConnect: true,
-    connectTimeout: 1000,
-    maxRetriesPerRequest: 0,
-    enableOfflineQueue: false,
-    retryStrategy: () => null,
-  });
-  r.on('error', () => {});
-  try {
-    await r.connect();
-    return (await r.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    r.disconnect();
-  }
-}
-
-const redisAvailable = await probe(redisUrl);
-// A Redis that CI asked for must be there; only the local fallback may be absent.
-if (configuredRedisUrl && !redisAvailable) throw new Error(`LM_TEST_REDIS_URL ${configuredRedisUrl} is unreachable`);
 
 // Everything the Redis runs wrote lives under this file's prefix; remove it however the run went.
 afterAll(async () => {
-  if (!redisAvailable) return;
-  const admin = new Redis(redisUrl);
-  try {
-    let cursor = '0';
-    do {
-      const [next, keys] = await admin.scan(cursor, 'MATCH', `${keyPrefix}*`, 'COUNT', 1000);
-      if (keys.length) await admin.unlink(...keys);
-      cursor = next;
-    } while (cursor !== '0');
-  } finally {
-    await admin.quit();
-  }
+  if (redisAvailable) await deleteRedisKeys(redisUrl, keyPrefix);
 });
 
 let seq = 0;

@@ -13,6 +13,7 @@
  * de-duplicate on the event id).
  */
 import type { Clock } from '../../shared/clock.js';
+import { newId } from '../../shared/crypto.js';
 import { AppError, badInput, conflict, notFound } from '../../shared/errors.js';
 import type { Logger } from '../../shared/log.js';
 import { NetError, SafeHttpClient, type Timers } from '../../shared/net/client.js';
@@ -99,8 +100,10 @@ export class WebhookService {
   constructor(s: Pick<Services, 'config' | 'db' | 'log' | 'clock'>, opts: WebhookServiceOptions = {}) {
     this.clock = s.clock;
     this.log = s.log.child({ area: 'webhooks' });
-    this.store = new WebhookStore(s.db, s.clock);
+    const tag = newId('whs', s.clock.now()); // this instance, in its change notifications
+    this.store = new WebhookStore(s.db, s.clock, tag);
     this.subscriptions = new SubscriptionCache({
+      selfTag: tag,
       db: s.db,
       log: this.log,
       load: () => this.store.subscribedEvents(),

@@ -113,6 +113,8 @@ export class WebhookStore {
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
+    /** Starts the payload of this store's change notifications (`<tag> <webhook id>`), so its own instance can tell them apart. */
+    private readonly notifyTag = '-',
   ) {}
 
   // ------------------------------------------------------------------ endpoints
@@ -123,8 +125,8 @@ export class WebhookStore {
     const res = await this.db.query<WebhookRow>(
       `WITH w AS (INSERT INTO webhooks (id, url, events, secret, enabled, created_at, updated_at)
                   VALUES ($1, $2, $3, $4, true, $5, $5) RETURNING *)
-       SELECT w.*, pg_notify($6, w.id) FROM w`,
-      [newId('wh', now), input.url, input.events, input.secret, toIso(now), WEBHOOK_CHANGES_CHANNEL],
+       SELECT w.*, pg_notify($6, $7 || ' ' || w.id) FROM w`,
+      [newId('wh', now), input.url, input.events, input.secret, toIso(now), WEBHOOK_CHANGES_CHANNEL, this.notifyTag],
     );
     return toWebhook(res.rows[0]);
   }
@@ -151,17 +153,18 @@ export class WebhookStore {
       `WITH w AS (UPDATE webhooks SET url = COALESCE($2, url), events = COALESCE($3, events), enabled = COALESCE($4, enabled),
                          secret = COALESCE($5, secret), updated_at = $6
                    WHERE id = $1 RETURNING *)
-       SELECT w.*, (SELECT pg_notify($7, w.id) WHERE $8::boolean) FROM w`,
-      [id, patch.url ?? null, patch.events ?? null, patch.enabled ?? null, patch.secret ?? null, toIso(this.clock.now()), WEBHOOK_CHANGES_CHANNEL, announce],
+       SELECT w.*, (SELECT pg_notify($7, $9 || ' ' || w.id) WHERE $8::boolean) FROM w`,
+      [id, patch.url ?? null, patch.events ?? null, patch.enabled ?? null, patch.secret ?? null, toIso(this.clock.now()), WEBHOOK_CHANGES_CHANNEL, announce, this.notifyTag],
     );
     return res.rows[0] ? toWebhook(res.rows[0]) : null;
   }
 
   /** Deletes the endpoint with its deliveries and their log. */
   async delete(id: string): Promise<boolean> {
-    const res = await this.db.query(`WITH d AS (DELETE FROM webhooks WHERE id = $1 RETURNING id) SELECT pg_notify($2, d.id) FROM d`, [
+    const res = await this.db.query(`WITH d AS (DELETE FROM webhooks WHERE id = $1 RETURNING id) SELECT pg_notify($2, $3 || ' ' || d.id) FROM d`, [
       id,
       WEBHOOK_CHANGES_CHANNEL,
+      this.notifyTag,
     ]);
     return res.rowCount === 1;
   }

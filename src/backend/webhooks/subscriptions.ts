@@ -28,6 +28,12 @@ export interface SubscriptionCacheOptions {
   reconnectMs: number;
   /** LISTEN for changes made by other instances (default true). */
   listen?: boolean;
+  /**
+   * This instance's tag in notification payloads (`<tag> <webhook id>`): its own changes are
+   * applied by the caller through changed() before it returns, so their echo is ignored
+   * (it would only let every event through for one more read).
+   */
+  selfTag?: string;
 }
 
 export class SubscriptionCache {
@@ -116,7 +122,9 @@ export class SubscriptionCache {
     // A dedicated client, not a pool slot: it lives as long as the service.
     const client = new pg.Client((this.o.db as pg.Pool).options);
     client.on('notification', (msg) => {
-      if (msg.channel === this.o.channel) void this.changed();
+      if (msg.channel !== this.o.channel) return;
+      if (this.o.selfTag && msg.payload?.startsWith(`${this.o.selfTag} `)) return;
+      void this.changed();
     });
     const lost = (why: string) => {
       if (this.listener !== client) return;

@@ -3,6 +3,7 @@ import { AppError, badInput, forbidden } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
 import { isAddress, parseMailbox } from '../address.js';
 import type { MtaContext } from '../context.js';
+import { GroupCommit } from '../intake.js';
 import { groupKeyOf, type EmailJob, type MtaJobPayload } from '../job.js';
 import { engagementBand } from '../policy.js';
 import { isDkimDomain } from '../stores/dkim.js';
@@ -38,8 +39,14 @@ const Accepted = Type.Object({
   data: Type.Object({ jobId: Type.String(), messageId: Type.String(), status: Type.Literal('queued') }),
 });
 
-/** POST /send: validate, authorize, apply back-pressure, store the job durably, answer 202. */
+/**
+ * POST /send: validate, authorize, apply back-pressure, store the job durably, answer 202.
+ * Concurrent requests share one INSERT (group commit, ../intake.ts); each is answered after
+ * the statement holding its job has committed.
+ */
 export function sendRoutes(app: HttpApp, m: MtaContext): void {
+  const intake = new GroupCommit<MtaJobPayload>(m.queue);
+  app.addHook('onClose', async () => intake.drain());
   app.post(
     '/send',
     {
@@ -69,16 +76,20 @@ export function sendRoutes(app: HttpApp, m: MtaContext): void {
       }
 
       const band = engagementBand(m.policy, body.engagementScore);
-      const job = await m.queue.enqueue({
-        groupKey: groupKeyOf(payload.ipPool, payload.domain),
-        payload,
-        priority: band?.priority ?? m.policy.defaultPriority,
-        orgId: payload.organizationId,
-        dedupeKey: `${payload.organizationId}:${payload.messageId}`,
-      });
+      const jobId = await intake.enqueue(
+        {
+          groupKey: groupKeyOf(payload.ipPool, payload.domain),
+          payload,
+          priority: band?.priority ?? m.policy.defaultPriority,
+          orgId: payload.organizationId,
+          dedupeKey: `${payload.organizationId}:${payload.messageId}`,
+        },
+        Number(req.headers['content-length']) || body.html.length + (body.text?.length ?? 0),
+      );
       m.noteEnqueued();
       reply.code(202);
-      return { data: { jobId: job.id, messageId: job.payload.messageId, status: 'queued' as const } };
+      // A repeat's messageId is the first job's: the dedupe key contains it.
+      return { data: { jobId, messageId: payload.messageId, status: 'queued' as const } };
     },
   );
 }
@@ -96,6 +107,8 @@ function validate(m: MtaContext, body: EmailJob): MtaJobPayload {
     if (!HEADER_NAME.test(name)) throw badInput(`headers: "${name.slice(0, 80)}" is not a valid header name`, 'invalid_header');
     if (/[\r\n\0]/.test(value)) throw badInput(`headers.${name} must not contain line breaks`, 'invalid_header');
   }
+  const bad = unstorable(body);
+  if (bad) throw badInput(`${bad} must not contain NUL characters or unpaired UTF-16 surrogates`, 'invalid_text');
   const s = body.engagementScore;
   if (s !== undefined && s !== null && typeof s !== 'number') throw badInput('engagementScore must be a number from 0 to 100', 'validation_error');
   const band = engagementBand(m.policy, s);
@@ -112,4 +125,19 @@ function validate(m: MtaContext, body: EmailJob): MtaJobPayload {
     acceptedAt: m.services.clock.now(),
   };
   return payload;
+}
+
+type WellFormed = { isWellFormed(): boolean };
+
+/**
+ * The first field holding text PostgreSQL cannot store in jsonb (NUL, an unpaired surrogate),
+ * or null. Checked here so such a request gets a 400 instead of failing its write batch.
+ */
+function unstorable(body: EmailJob): string | null {
+  const bad = (s: string) => s.includes('\0') || !(s as unknown as WellFormed).isWellFormed();
+  for (const [k, v] of Object.entries(body)) {
+    if (typeof v === 'string' && bad(v)) return k;
+  }
+  for (const [k, v] of Object.entries(body.headers ?? {})) if (bad(k) || bad(v)) return `headers.${k.slice(0, 80)}`;
+  return null;
 }

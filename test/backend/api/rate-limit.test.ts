@@ -5,13 +5,14 @@
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createBackend } from '../../../src/backend/app.js';
 import { ManualClock } from '../../../src/shared/clock.js';
 import { loadConfig } from '../../../src/shared/config.js';
 import { RedisCoordination } from '../../../src/shared/coord/redis.js';
 import { boundPort } from '../../../src/shared/http.js';
 import { silentLogger } from '../../../src/shared/log.js';
+import { testRedis } from '../../harness/redis.js';
 import { createTestDatabase, type TestDatabase } from '../../harness/db.js';
 import { ADMIN_TOKEN, startApi, type Api } from './helpers.js';
 
@@ -74,22 +75,7 @@ describe('rate limit (memory coordination, manual clock)', () => {
   });
 });
 
-const configuredRedisUrl = inject('redisUrl');
-const redisUrl = configuredRedisUrl || 'redis://127.0.0.1:6379';
-async function redisAnswers(url: string): Promise<boolean> {
-  const r = new Redis(url, { lazyConnect: true, connectTimeout: 1000, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null });
-  r.on('error', () => {});
-  try {
-    await r.connect();
-    return (await r.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    r.disconnect();
-  }
-}
-const redisAvailable = await redisAnswers(redisUrl);
-if (configuredRedisUrl && !redisAvailable) throw new Error(`LM_TEST_REDIS_URL ${configuredRedisUrl} is unreachable`);
+const { url: redisUrl, available: redisAvailable } = await testRedis();
 
 describe.skipIf(!redisAvailable)('rate limit with Redis: a fleet shares one bucket per key', () => {
   const keyPrefix = `lmtest:api:${randomBytes(6).toString('hex')}:`;

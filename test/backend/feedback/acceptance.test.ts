@@ -157,9 +157,8 @@ describe('delivery reported by the bundled MTA', () => {
   it('its sent event is one email.delivered webhook with the MX reply, and no email.sent; a replay changes nothing', async () => {
     const to = 'delivered-mta@example.test';
     const contactId = await createContact(db, to);
+    // The MTA's job messageId is our send id, echoed as data.messageId.
     const sendId = await createSend(db, { to, providerMessageId: null, contactId, type: 'transactional' });
-    // The MTA's job messageId is our send id; it echoes it as data.messageId.
-    await db.pool.query('UPDATE email_sends SET provider_message_id = id WHERE id = $1', [sendId]);
     const body = JSON.stringify({
       event: 'sent',
       timestamp: new Date(NOW - 500).toISOString(),

@@ -1,0 +1,152 @@
+import type { Migration } from '../migrate.js';
+
+/**
+ * Contact search with bounded cost for common terms (src/backend/api/contact-list.ts).
+ *
+ * The words of each contact (lower-cased runs of letters and digits of its names, of its
+ * email's local part and of its domain) go into `contact_search_words`, one row per
+ * (word, contact), kept by statement-level triggers. Its B-tree serves, without reading
+ * contacts' heap:
+ * - a page of the contacts having a whole word, in id order (index-only range walk);
+ * - the exact number of contacts having a word that starts with a prefix: the range of the
+ *   prefix is scanned index-only and each contact is counted on its first word in the range,
+ *   the one whose `prev` (the contact's previous word in "C" order) lies before the range.
+ *   Duplicate-free counting without a sort or hash.
+ * A local part is also cut where the contact's first or last name (3+ characters) begins
+ * (`jsmith` gives the word `smith` too), so a surname inside an address is a word, not an
+ * inner fragment. Fragments inside words (for terms of 3+ characters) are found with a
+ * trigram index over the words minus their first character (`lm_search_infix`): a match
+ * there is never a word start, so only contacts with no word starting with the term are
+ * read from the heap.
+ *
+ * `search_tsv` (ts_rank relevance, read from the heap for every match) is dropped; the trigram
+ * index over `search_text` stays for terms containing `@`.
+ * Changing lm_contact_words or lm_search_cut later requires rebuilding contact_search_words.
+ */
+export const m011: Migration = {
+  id: '011_contact_search',
+  sql: `
+    ALTER TABLE contacts DROP COLUMN search_tsv;
+
+    -- The local part, lower-cased, with a space inserted where the contact's first or last name
+    -- (3+ characters) begins. Written flat (no nested calls with computed arguments) so that
+    -- PostgreSQL inlines it: a non-inlined SQL function costs tens of microseconds per row.
+    CREATE FUNCTION lm_search_cut(email text, first_name text, last_name text) RETURNS text
+      LANGUAGE sql IMMUTABLE PARALLEL SAFE
+      RETURN replace(
+        replace(lower(split_part(email, '@', 1)),
+          CASE WHEN char_length(first_name) >= 3 THEN lower(first_name) ELSE '' END,
+          ' ' || CASE WHEN char_length(first_name) >= 3 THEN lower(first_name) ELSE '' END),
+        CASE WHEN char_length(last_name) >= 3 THEN lower(last_name) ELSE '' END,
+        ' ' || CASE WHEN char_length(last_name) >= 3 THEN lower(last_name) ELSE '' END);
+
+    -- Words of a contact; kind 1 = names, 2 = local part (whole words and the pieces cut at
+    -- the names), 4 = domain. May contain '' and repeats; callers filter and group.
+    CREATE FUNCTION lm_contact_words(email text, first_name text, last_name text)
+      RETURNS TABLE (word text, kind integer)
+      LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+        SELECT w, 1 FROM unnest(regexp_split_to_array(lower(coalesce(first_name, '') || ' ' || coalesce(last_name, '')), '[^[:alnum:]]+')) w
+        UNION ALL
+        SELECT w, 2 FROM unnest(regexp_split_to_array(lower(split_part(email, '@', 1)), '[^[:alnum:]]+')) w
+        UNION ALL
+        SELECT w, 2 FROM unnest(regexp_split_to_array(lm_search_cut(email, first_name, last_name), '[^[:alnum:]]+')) w
+        UNION ALL
+        SELECT w, 4 FROM unnest(regexp_split_to_array(lower(split_part(email, '@', 2)), '[^[:alnum:]]+')) w
+      $fn$;
+
+    -- Inner fragments: the name words and local-part pieces, each without its first character.
+    CREATE FUNCTION lm_search_infix(email text, first_name text, last_name text) RETURNS text
+      LANGUAGE sql IMMUTABLE PARALLEL SAFE
+      RETURN regexp_replace(
+        ' ' || lower(coalesce(first_name, '') || ' ' || coalesce(last_name, '')) || ' ' || lm_search_cut(email, first_name, last_name),
+        '[^[:alnum:]]+[[:alnum:]]', ' ', 'g');
+
+    CREATE TABLE contact_search_words (
+      word       text COLLATE "C" NOT NULL,
+      contact_id text COLLATE "C" NOT NULL,
+      -- The contact's previous word in "C" order (null for its first): counts a contact once
+      -- per prefix range without a sort (see above).
+      prev       text COLLATE "C",
+      -- Bit set of lm_contact_words kinds: 1 names, 2 local part, 4 domain.
+      kinds      smallint NOT NULL,
+      PRIMARY KEY (word, contact_id) INCLUDE (prev, kinds)
+    ) WITH (
+      -- Index-only scans need the visibility map current: vacuum after 2 % new rows, not 20 %.
+      autovacuum_vacuum_insert_scale_factor = 0.02,
+      autovacuum_vacuum_scale_factor = 0.05
+    );
+    -- Deletes and the "has no word starting with the term" check go by contact.
+    CREATE INDEX contact_search_words_contact ON contact_search_words (contact_id);
+
+    CREATE FUNCTION lm_contact_search_insert() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+      INSERT INTO contact_search_words (word, contact_id, prev, kinds)
+      SELECT word, id, lag(word) OVER (PARTITION BY id ORDER BY word), kinds
+        FROM (
+          SELECT n.id, w.word COLLATE "C" AS word, bit_or(w.kind)::smallint AS kinds
+            FROM lm_search_new n, lm_contact_words(n.email, n.first_name, n.last_name) w
+           WHERE w.word <> ''
+           GROUP BY 1, 2
+        ) x;
+      RETURN NULL;
+    END $fn$;
+
+    -- Only contacts whose id, address or names changed get their words rewritten.
+    CREATE FUNCTION lm_contact_search_update() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+      DELETE FROM contact_search_words w
+       USING lm_search_old o
+       WHERE w.contact_id = o.id
+         AND NOT EXISTS (
+           SELECT 1 FROM lm_search_new n
+            WHERE n.id = o.id AND n.email = o.email
+              AND n.first_name IS NOT DISTINCT FROM o.first_name AND n.last_name IS NOT DISTINCT FROM o.last_name);
+      INSERT INTO contact_search_words (word, contact_id, prev, kinds)
+      SELECT word, id, lag(word) OVER (PARTITION BY id ORDER BY word), kinds
+        FROM (
+          SELECT n.id, w.word COLLATE "C" AS word, bit_or(w.kind)::smallint AS kinds
+            FROM lm_search_new n, lm_contact_words(n.email, n.first_name, n.last_name) w
+           WHERE w.word <> ''
+             AND NOT EXISTS (
+               SELECT 1 FROM lm_search_old o
+                WHERE o.id = n.id AND o.email = n.email
+                  AND o.first_name IS NOT DISTINCT FROM n.first_name AND o.last_name IS NOT DISTINCT FROM n.last_name)
+           GROUP BY 1, 2
+        ) x;
+      RETURN NULL;
+    END $fn$;
+
+    CREATE FUNCTION lm_contact_search_delete() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+      DELETE FROM contact_search_words WHERE contact_id IN (SELECT id FROM lm_search_old);
+      RETURN NULL;
+    END $fn$;
+
+    CREATE FUNCTION lm_contact_search_truncate() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+      TRUNCATE contact_search_words;
+      RETURN NULL;
+    END $fn$;
+
+    CREATE TRIGGER contacts_search_insert AFTER INSERT ON contacts
+      REFERENCING NEW TABLE AS lm_search_new FOR EACH STATEMENT EXECUTE FUNCTION lm_contact_search_insert();
+    CREATE TRIGGER contacts_search_update AFTER UPDATE ON contacts
+      REFERENCING OLD TABLE AS lm_search_old NEW TABLE AS lm_search_new FOR EACH STATEMENT EXECUTE FUNCTION lm_contact_search_update();
+    CREATE TRIGGER contacts_search_delete AFTER DELETE ON contacts
+      REFERENCING OLD TABLE AS lm_search_old FOR EACH STATEMENT EXECUTE FUNCTION lm_contact_search_delete();
+    CREATE TRIGGER contacts_search_truncate AFTER TRUNCATE ON contacts
+      FOR EACH STATEMENT EXECUTE FUNCTION lm_contact_search_truncate();
+
+    -- Existing contacts.
+    INSERT INTO contact_search_words (word, contact_id, prev, kinds)
+    SELECT word, id, lag(word) OVER (PARTITION BY id ORDER BY word), kinds
+      FROM (
+        SELECT c.id, w.word COLLATE "C" AS word, bit_or(w.kind)::smallint AS kinds
+          FROM contacts c, lm_contact_words(c.email, c.first_name, c.last_name) w
+         WHERE w.word <> ''
+         GROUP BY 1, 2
+      ) x;
+
+    CREATE INDEX contacts_search_infix ON contacts USING gin (lm_search_infix(email, first_name, last_name) gin_trgm_ops);
+  `,
+};
