@@ -121,8 +121,8 @@ export async function runEndToEnd(o: {
       EMAIL_PROVIDER: 'mta',
     },
   });
+  const client = jsonClient(running.mtaUrl!, MTA_KEY);
   try {
-    client = jsonClient(running.mtaUrl!, MTA_KEY);
     const call = client.call;
     await call('POST', '/dkim', { domain: 'sender.bench.test', selector: 'bench1', privateKey: o.rsaPem });
     await call('POST', '/org-limits', { organizationId: 'org-bench', daily: 100_000_000, hourly: 100_000_000 });
@@ -143,7 +143,7 @@ export async function runEndToEnd(o: {
     const elapsedMs = performance.now() - start;
     return { elapsedMs, postMs, rate: (o.n * 1000) / elapsedMs };
   } finally {
-    client?.close();
+    client.close();
     await running.stop();
     rmSync(dataDir, { recursive: true, force: true });
   }

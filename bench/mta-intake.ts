@@ -53,7 +53,7 @@ export async function runIntake(o: { databaseUrl: string; n: number; bytes: numb
     const bodies = Array.from({ length: 8 }, (_, i) => o.html(o.bytes, i));
 
     // Baseline: the queue's multi-row enqueue on the same database, payloads as /send stores them.
-    const queue = createMtaQueue(db);
+    const queue = createMtaQueue({ db, clock: systemClock });
     const tag = `intake-base-${o.bytes}`;
     const input = (i: number) => {
       const job = benchJob(i, { tag, domains: o.domains, bodies });

@@ -7,20 +7,22 @@
  *       embedded PostgreSQL, pooled SMTP bound to 127.0.0.2/127.0.0.3) to Debian's smtp-sink,
  *       over BENCH_DOMAINS recipient domains each with its own MX host name;
  *   (3) BENCH_MODE=e2e (or all): the full chain — POST /send → queue → ten phases → delivery —
- *       through startLettermill (role all) with the same DNS, sink and key;
+ *       through startLettermill (role all) with the same DNS, sink and key; BENCH_MODE=intake
+ *       (or all): POST /send alone (no delivery) against the queue's direct multi-row enqueue;
  *   (4) BENCH_POSTFIX=1: a throwaway Postfix instance as relay to the same sink, fed by
  *       smtp-source (no DKIM: Postfix does not sign), as the "real MTA" reference.
  * Figures are accepted-at-sink messages per second and drain time, with ratios to the
  * baselines measured in the same run.
  *
- * Environment: BENCH_MODE (engine | e2e | all | none; default all), BENCH_N_5K (20000),
- * BENCH_N_100K (6000), BENCH_DOMAINS (50), BENCH_CONCURRENCY (150), BENCH_POSTFIX (0|1;
- * default 1 when root), DATABASE_URL (default: an embedded PostgreSQL in a temp dir).
+ * Environment: BENCH_MODE (engine | intake | e2e | all | none; default all), BENCH_N_5K (20000),
+ * BENCH_N_100K (6000), BENCH_DOMAINS (50), BENCH_CONCURRENCY (150), BENCH_CLIENTS (32, the
+ * /send generator's keep-alive clients), BENCH_POSTFIX (0|1; default 1 when root),
+ * DATABASE_URL (default: an embedded PostgreSQL in a temp dir).
  */
 import { execFile } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Registry } from 'prom-client';
 import { startEmbeddedPostgres, type EmbeddedStore } from '../src/runtime/embedded-postgres.js';
@@ -35,7 +37,7 @@ import { PgDkimKeyStore } from '../src/mta/stores/dkim.js';
 import { findFreePort, startDnsServer, type DnsRecord, type DnsServer } from '../test/harness/dns.js';
 import { runSmtpSource, startPostfixSmtpSink, type PostfixSmtpSink } from '../test/harness/smtp-sink-postfix.js';
 
-const MODE = (process.env.BENCH_MODE ?? 'all') as 'engine' | 'e2e' | 'all' | 'none';
+const MODE = (process.env.BENCH_MODE ?? 'all') as 'engine' | 'intake' | 'e2e' | 'all' | 'none';
 const N_5K = Number(process.env.BENCH_N_5K ?? 20_000);
 const N_100K = Number(process.env.BENCH_N_100K ?? 6_000);
 const DOMAINS = Number(process.env.BENCH_DOMAINS ?? 50);
@@ -193,6 +195,7 @@ async function main(): Promise<void> {
 
     console.log(`MTA delivery benchmark — ${new Date().toISOString()}`);
     console.log(`machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, node ${process.version}`);
+    console.log(`load average at start: ${loadavg().map((l) => l.toFixed(2)).join(', ')} (1, 5, 15 min)`);
     console.log(`setup: ${DOMAINS} recipient domains (one MX host each) → Debian smtp-sink on ${SINK_HOST}:${port}; DKIM RSA-2048; concurrency ${CONCURRENCY}`);
     console.log('');
 
@@ -227,13 +230,24 @@ async function main(): Promise<void> {
         );
       }
     }
+    if (MODE === 'intake' || MODE === 'all') {
+      const { runIntake } = await import('./mta-intake.js');
+      const { CLIENTS } = await import('./mta-e2e.js');
+      for (const [label, bytes, n] of sizes) {
+        const r = await runIntake({ databaseUrl: url, n, bytes, domains: DOMAINS, html: htmlBody });
+        console.log(
+          `POST /send intake (no delivery), ${label}: ${fmt(r.rate)} requests/s (${fmt(n)} in ${fmt(r.elapsedMs / 1000, 2)} s, ${CLIENTS} keep-alive clients), ${fmt(r.cpuMsPerRequest, 2)} ms CPU/request in this process` +
+            ` | ×${fmt(r.rate / r.baselineRate, 2)} of Queue.enqueueMany called directly (${fmt(r.baselineRate)} jobs/s, batches of ${CLIENTS})`,
+        );
+      }
+    }
     if (MODE === 'e2e' || MODE === 'all') {
       const { runEndToEnd } = await import('./mta-e2e.js');
       for (const [label, bytes, n] of sizes) {
         const r = await runEndToEnd({ databaseUrl: url, dns, sinkPort: port, sinkHost: SINK_HOST, sinkCount: () => sink!.count(), rsaPem, n, bytes, domains: DOMAINS, html: htmlBody });
         ours[label].e2e = r.rate;
         console.log(
-          `end to end (POST /send → queue → 10 phases → delivery), ${label}: ${fmt(r.rate)} msg/s accepted at sink, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)} (posting took ${fmt(r.postMs / 1000, 2)} s)` +
+          `end to end (POST /send → queue → 10 phases → delivery), ${label}: ${fmt(r.rate)} msg/s accepted at sink, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)} (posting took ${fmt(r.postMs / 1000, 2)} s, ${fmt((n * 1000) / r.postMs)} requests/s)` +
             ` | ×${fmt(r.rate / source[label], 2)} of smtp-source→smtp-sink, ${fmt(r.rate / rsa, 2)} of the RSA ceiling | goal ${fmt(goals[label])} msg/s: ${r.rate >= goals[label] ? 'met' : 'NOT met'}`,
         );
       }
@@ -250,6 +264,7 @@ async function main(): Promise<void> {
       }
     }
     console.log('');
+    console.log(`load average at end: ${loadavg().map((l) => l.toFixed(2)).join(', ')} (1, 5, 15 min)`);
     console.log(`total bench time ${fmt((performance.now() - started) / 1000, 1)} s`);
   } finally {
     await cleanup();
