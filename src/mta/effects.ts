@@ -35,7 +35,8 @@ export function isBlocking(policy: MtaPolicy, r: { reason?: string; enhancedCode
 /**
  * Applies a classified delivery result (mta.md → Pipeline, last paragraph): breaker marker,
  * throttle adaptation, SMTP intel, domain backoff, metrics, suppression on a hard bounce, the
- * delivery log row and the event to the backend. The send has happened: no failure in here may
+ * delivery log row and the event to the backend. A `local` deferral (our side failed) is only
+ * logged and counted. The send has happened: no failure in here may
  * make the job run again, so each effect is isolated and only logged when it fails.
  */
 export async function applyEffects(d: EffectDeps, ctx: PipelineContext, result: DeliveryResult, attempt: number, at: number): Promise<void> {
@@ -97,7 +98,10 @@ export async function applyEffects(d: EffectDeps, ctx: PipelineContext, result: 
     );
     emit(d, 'bounced', bouncedEvent(ctx, { ...result, type: result.hard ? 'hard' : 'soft' }, attempt));
   } else {
-    if (result.connectionFailure) {
+    if (result.local) {
+      // Our side failed before any remote server answered (no DKIM key, resolver, pool cap,
+      // shutdown): it says nothing about the destination, so no throttle, intel or backoff.
+    } else if (result.connectionFailure) {
       run('backoff', () => d.backoff.recordFailure(job.domain));
     } else {
       run('throttle', () => d.throttle.onResult(ip.address, profile, job.domain, 'temp'));

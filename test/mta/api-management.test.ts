@@ -158,10 +158,97 @@ describe('/dkim', () => {
 
   it('rotate and delete answer 404 for an unknown domain; delete removes', async () => {
     expect((await t.call('POST', '/dkim/unknown.example/rotate')).status).toBe(404);
-    expect((await t.call('DELETE', '/dkim/ed.example')).body).toEqual({ data: { domain: 'ed.example', deleted: true } });
+    expect((await t.call('DELETE', '/dkim/ed.example')).body).toEqual({ data: { domain: 'ed.example', deleted: true, algorithms: ['ed25519-sha256'] } });
     const again = await t.call('DELETE', '/dkim/ed.example');
     expect(again.status).toBe(404);
     expect(again.body.error).toMatchObject({ category: 'not_found', data: { reason: 'dkim_key_not_found' } });
+  });
+
+  describe('a domain with an RSA and an Ed25519 key', () => {
+    const edPem = () => generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+    const selectors = async (domain: string) => (await t.mta.context.stores.dkim.getSigningKeys(domain)).map((k) => `${k.algorithm}:${k.selector}`);
+
+    it('keeps one active key per algorithm: each POST replaces only the key of its algorithm; both are listed redacted and both sign', async () => {
+      expect((await t.call('POST', '/dkim', { domain: 'both.example', selector: 'ed1', privateKey: edPem() })).status).toBe(201);
+      expect((await t.call('POST', '/dkim', { domain: 'both.example', selector: 'rsa1', privateKey: rsaPem })).status).toBe(201);
+      expect(await selectors('both.example')).toEqual(['rsa-sha256:rsa1', 'ed25519-sha256:ed1']);
+
+      const replaced = await t.call('POST', '/dkim', { domain: 'both.example', selector: 'ed2', privateKey: edPem() });
+      expect(replaced.status).toBe(200);
+      expect(replaced.body.data).toMatchObject({ selector: 'ed2', algorithm: 'ed25519-sha256', dnsName: 'ed2._domainkey.both.example' });
+      expect(await selectors('both.example')).toEqual(['rsa-sha256:rsa1', 'ed25519-sha256:ed2']);
+
+      const list = await t.call('GET', '/dkim');
+      const mine = list.body.data.filter((k: any) => k.domain === 'both.example');
+      expect(mine).toMatchObject([
+        { selector: 'rsa1', algorithm: 'rsa-sha256', dnsValue: expect.stringMatching(/^v=DKIM1; k=rsa; p=/), pending: null },
+        { selector: 'ed2', algorithm: 'ed25519-sha256', dnsValue: expect.stringMatching(/^v=DKIM1; k=ed25519; p=/), pending: null },
+      ]);
+      expect(JSON.stringify(list.body)).not.toMatch(/PRIVATE KEY/);
+      expect(await t.mta.context.stores.dkim.getSigningKeys('both.example')).toEqual([
+        { selector: 'rsa1', algorithm: 'rsa-sha256', privateKeyPem: expect.stringContaining('BEGIN PRIVATE KEY') },
+        { selector: 'ed2', algorithm: 'ed25519-sha256', privateKeyPem: expect.stringContaining('BEGIN PRIVATE KEY') },
+      ]);
+    });
+
+    it('refuses (409 selector_in_use) a selector that names the other algorithm’s key or its pending key', async () => {
+      await t.call('POST', '/dkim', { domain: 'clash.example', selector: 'main', privateKey: rsaPem });
+      const r = await t.call('POST', '/dkim', { domain: 'clash.example', selector: 'main', privateKey: edPem() });
+      expect(r.status).toBe(409);
+      expect(r.body.error).toMatchObject({ category: 'conflict', data: { reason: 'selector_in_use' }, message: expect.stringMatching(/rsa-sha256 key of clash\.example/) });
+      const pending = (await t.call('POST', '/dkim/clash.example/rotate')).body.data.selector;
+      expect((await t.call('POST', '/dkim', { domain: 'clash.example', selector: pending, privateKey: edPem() })).status).toBe(409);
+      expect(await selectors('clash.example')).toEqual(['rsa-sha256:main']);
+    });
+
+    it('rotation replaces the RSA key only (the Ed25519 key keeps signing); a domain with no RSA key cannot rotate', async () => {
+      await t.call('POST', '/dkim', { domain: 'rot.example', selector: 'r1', privateKey: rsaPem });
+      await t.call('POST', '/dkim', { domain: 'rot.example', selector: 'e1', privateKey: edPem() });
+      const r = await t.call('POST', '/dkim/rot.example/rotate');
+      expect(r.status).toBe(201);
+      expect(r.body.data).toMatchObject({ activeSelector: 'r1', dnsValue: expect.stringMatching(/^v=DKIM1; k=rsa; p=/) });
+      const listed = (await t.call('GET', '/dkim')).body.data.filter((k: any) => k.domain === 'rot.example');
+      expect(listed.map((k: any) => k.pending?.selector ?? null)).toEqual([r.body.data.selector, null]);
+      expect(await t.mta.context.stores.dkim.activatePendingKey('rot.example')).toBe(true);
+      expect(await selectors('rot.example')).toEqual([`rsa-sha256:${r.body.data.selector}`, 'ed25519-sha256:e1']);
+      expect(await t.mta.context.stores.dkim.activatePendingKey('rot.example')).toBe(false);
+
+      await t.call('POST', '/dkim', { domain: 'edonly.example', selector: 'e1', privateKey: edPem() });
+      const none = await t.call('POST', '/dkim/edonly.example/rotate');
+      expect(none.status).toBe(404);
+      expect(none.body.error).toMatchObject({ data: { reason: 'dkim_key_not_found' }, message: expect.stringMatching(/No RSA DKIM key/) });
+    });
+
+    it('DELETE ?algorithm= removes one key; DELETE without it removes all of the domain’s keys', async () => {
+      await t.call('POST', '/dkim', { domain: 'del.example', selector: 'r1', privateKey: rsaPem });
+      await t.call('POST', '/dkim', { domain: 'del.example', selector: 'e1', privateKey: edPem() });
+      const one = await t.call('DELETE', '/dkim/del.example?algorithm=ed25519-sha256');
+      expect(one.body).toEqual({ data: { domain: 'del.example', deleted: true, algorithms: ['ed25519-sha256'] } });
+      expect(await selectors('del.example')).toEqual(['rsa-sha256:r1']);
+      const gone = await t.call('DELETE', '/dkim/del.example?algorithm=ed25519-sha256');
+      expect(gone.status).toBe(404);
+      expect(gone.body.error.message).toMatch(/No ed25519-sha256 DKIM key/);
+      expect((await t.call('DELETE', '/dkim/del.example?algorithm=dsa')).status).toBe(400);
+
+      await t.call('POST', '/dkim', { domain: 'del.example', selector: 'e2', privateKey: edPem() });
+      const all = await t.call('DELETE', '/dkim/del.example');
+      expect(all.body).toEqual({ data: { domain: 'del.example', deleted: true, algorithms: ['rsa-sha256', 'ed25519-sha256'] } });
+      expect(await selectors('del.example')).toEqual([]);
+    });
+
+    it('DKIM_KEYS seeds a key of an algorithm the domain lacks, never over an existing one', async () => {
+      const store = t.mta.context.stores.dkim;
+      await t.call('POST', '/dkim', { domain: 'seed.example', selector: 'r1', privateKey: rsaPem });
+      const other = generateKeyPairSync('rsa', { modulusLength: 1024 }).privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+      const n = await store.seedFromConfig(
+        JSON.stringify([
+          { domain: 'seed.example', selector: 'r9', privateKey: other },
+          { domain: 'seed.example', selector: 'e1', privateKey: edPem() },
+        ]),
+      );
+      expect(n).toBe(1);
+      expect(await selectors('seed.example')).toEqual(['rsa-sha256:r1', 'ed25519-sha256:e1']);
+    });
   });
 });
 

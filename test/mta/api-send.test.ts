@@ -35,6 +35,21 @@ describe('accepting a job', () => {
     const c = await t.call('POST', '/send', { ...body, organizationId: 'org-2' });
     expect(c.body.data.jobId).not.toBe(a.body.data.jobId);
   });
+
+  it('concurrent requests (group commit) each get their own stored job; concurrent repeats get the first one', async () => {
+    const bodies = Array.from({ length: 30 }, (_, i) => emailJob({ to: `c${i}@concurrent.example` }));
+    const repeated = bodies[0]!;
+    const answers = await Promise.all([...bodies, repeated, repeated].map((b) => t.call('POST', '/send', b)));
+    expect(answers.map((a) => a.status)).toEqual(Array(32).fill(202));
+    const ids = answers.map((a) => a.body.data.jobId as string);
+    expect(new Set(ids.slice(0, 30)).size).toBe(30);
+    expect(ids[30]).toBe(ids[0]);
+    expect(ids[31]).toBe(ids[0]);
+    for (const [i, b] of bodies.entries()) {
+      expect(answers[i]!.body.data.messageId).toBe(b.messageId);
+      expect((await job(ids[i]!))!.payload).toMatchObject({ messageId: b.messageId, recipient: b.to });
+    }
+  });
 });
 
 describe('engagement bands', () => {
@@ -93,6 +108,9 @@ describe('validation', () => {
     ['a header with CRLF injection', { headers: { 'X-Ok': 'a\r\nBcc: evil@x.example' } }, /line breaks/],
     ['a bad header name', { headers: { 'Bad Name': 'v' } }, /header name/],
     ['a subject with a line break', { subject: 'a\nb' }, /subject/],
+    // PostgreSQL's jsonb cannot store these; refused up front instead of failing a write batch.
+    ['a NUL character in the HTML', { html: '<p>a\u0000b</p>' }, /html must not contain NUL/],
+    ['an unpaired surrogate in the subject', { subject: 'broken \ud800 text' }, /subject must not contain NUL characters or unpaired/],
   ];
   for (const [what, over, message] of bad) {
     it(`rejects ${what} with 400 invalid_input and stores nothing`, async () => {

@@ -128,6 +128,31 @@ describe('delivery results', () => {
     expect((await t.mta.context.state.throttle.state('127.0.0.2', p, 'unreachable.example')).rate).toBe(30);
   });
 
+  it('a local deferral (our side failed, e.g. no DKIM key) retries and is logged, but feeds no throttle, intel, backoff or breaker', async () => {
+    const domain = `local-${++n}.example`;
+    const org = `org-local-${n}`;
+    const st = t.mta.context.state;
+    // Two connection failures of a streak of three, and 19 of the 20 results intel needs.
+    await st.backoff.recordFailure(domain);
+    await st.backoff.recordFailure(domain);
+    for (let i = 0; i < 19; i++) await st.intel.record(domain, 'temp');
+    t.deliverer.answer({ status: 'deferred', response: 'no DKIM key for sender.example: every message must be signed', connectionFailure: false, local: true, reason: 'mailererror' });
+    const { outcome, job, body } = await sendAndRun({ organizationId: org, to: `x@${domain}` });
+
+    expect(outcome).toEqual({ type: 'retry', error: 'temporary: no DKIM key for sender.example: every message must be signed' });
+    expect(job).toMatchObject({ state: 'pending', attempts: 1 });
+    expect(await logsFor(body.messageId as string)).toMatchObject([{ status: 'deferred', reason: 'mailererror' }]);
+    expect((await st.orgUsage.usage(org)).daily).toBe(0);
+    // Not a 4xx: the throttle keeps its rate and intel stays one result short of a verdict.
+    const p = t.mta.context.stores.profiles.resolve(domain);
+    expect((await st.throttle.state('127.0.0.2', p, domain)).rate).toBe(p.defaultRate);
+    expect(await st.intel.verdict(domain)).toBeNull();
+    // Not a connection failure either, and not an answer that ends the streak: one more failure completes it.
+    expect(await st.backoff.current(domain)).toBeNull();
+    expect(await st.backoff.recordFailure(domain)).toMatchObject({ failures: 3 });
+    expect(await t.coord.ringRead(`mta:breaker:ring:${org}`)).toEqual([]);
+  });
+
   it('after the 5th deferred attempt: failed, logged as expired, soft `bounced` expired event', async () => {
     t.deliverer.fallback = { status: 'deferred', code: 421, response: '421 busy', connectionFailure: false };
     try {

@@ -5,14 +5,20 @@
  * Plain list: newest first, `ORDER BY id DESC` (ids are time-ordered and unique); the cursor
  * holds the last id. totalItems comes from the trigger-maintained counter (exact, O(1)).
  *
- * Search: a contact matches when a word of its names or email starts with each word of the
- * term (full-text, prefix query) or, for terms of 3+ characters, when its email or names
- * contain the term (pg_trgm index on `search_text`). Relevance:
- *   2 × exact email + 1 × every term word is a whole word of the contact + ts_rank (names
- *   weigh more than the email's local part, which weighs more than its domain).
- * Order: score DESC, id ASC. The score is a float8 computed identically on every page and
- * the cursor holds (score, id), so a page never repeats or skips a contact that did not
- * change in between. totalItems is the exact number of matches, from the same scan.
+ * Search (data: migration 011). Words are lower-cased runs of letters and digits; a
+ * contact's words are those of its names, of its email's local part (also cut where its
+ * first or last name begins: `jsmith` gives `smith`) and of its domain. A contact matches
+ * when every word of the term starts one of its words or, for term words of 3+ characters,
+ * occurs inside a name word or local-part piece. Relevance is a tier (SEARCH_TIER), the
+ * worst over the term's words; ties are ordered by id, so the order is total and the cursor
+ * holds (tier, id): a page never repeats or skips a contact that did not change in between.
+ * Terms containing `@` are addresses: the exact address first, then addresses containing it.
+ *
+ * Cost is bounded by index work, not heap reads (`contact_search_words`, index-only):
+ * - one-word terms walk tier by tier in id order (whole-word tiers read a page's worth of
+ *   index entries; the prefix tier reads the term's prefix range), and totalItems counts the
+ *   prefix range once per contact (`prev`) plus the contacts found only inside a word;
+ * - several words join their per-word sets (cost grows with the commonest word's set).
  *
  * Cursors are bound to the mode and the search term (a SHA-256 prefix), signed with the
  * instance key (purpose `contacts.cursor`) and expire after CONTACT_LIST.cursorTtlMs.
@@ -25,8 +31,25 @@ import { CONTACT_LIST } from './policy.js';
 
 const CURSOR_PURPOSE = 'contacts.cursor';
 
+/** Search relevance, best first (documented in docs/api.md). */
+export const SEARCH_TIER = {
+  /** The term is the contact's address (terms with `@`). */
+  exactEmail: 0,
+  /** Every term word is a whole word of the contact's names. */
+  nameWord: 1,
+  /** Every term word is a whole word of the names or of the email's local part. */
+  localWord: 2,
+  /** Every term word is a whole word of the contact (the domain's words included). */
+  domainWord: 3,
+  /** Every term word starts a word of the contact. */
+  wordPrefix: 4,
+  /** Some term word occurs only inside a word (or, for `@` terms, inside the address). */
+  inside: 5,
+} as const;
+const MAX_TIER = SEARCH_TIER.inside;
+
 type ListCursor = { m: 'l'; i: string };
-type SearchCursor = { m: 's'; h: string; s: number; i: string };
+type SearchCursor = { m: 's'; h: string; t: number; i: string };
 
 export interface ContactPage {
   data: Contact[];
@@ -58,10 +81,12 @@ function readCursor(signer: Signer, token: string, now: number): ListCursor | Se
     if (v.reason === 'expired') throw badInput('Cursor expired: start again from the first page', 'cursor_expired');
     invalidCursor();
   }
-  const c = v.data as { m?: unknown; i?: unknown; h?: unknown; s?: unknown };
+  const c = v.data as { m?: unknown; i?: unknown; h?: unknown; t?: unknown };
   if (typeof c !== 'object' || c === null || typeof c.i !== 'string') invalidCursor();
   if (c.m === 'l') return { m: 'l', i: c.i };
-  if (c.m === 's' && typeof c.h === 'string' && typeof c.s === 'number' && Number.isFinite(c.s)) return { m: 's', h: c.h, s: c.s, i: c.i };
+  if (c.m === 's' && typeof c.h === 'string' && typeof c.t === 'number' && Number.isInteger(c.t) && c.t >= 0 && c.t <= MAX_TIER) {
+    return { m: 's', h: c.h, t: c.t, i: c.i };
+  }
   invalidCursor();
 }
 
@@ -102,12 +127,38 @@ async function list(db: Queryable, signer: Signer, limit: number, cursor: ListCu
   };
 }
 
-/** Words of a term as the search documents split them (letters and digits). */
+/** Distinct words of a term as the search documents split them (runs of letters and digits). */
 function termWords(term: string): string[] {
-  return term
-    .split(/[^\p{L}\p{N}]+/u)
-    .filter(Boolean)
-    .slice(0, CONTACT_LIST.searchMaxWords);
+  return [...new Set(term.split(/[^\p{L}\p{N}]+/u).filter(Boolean))].slice(0, CONTACT_LIST.searchMaxWords);
+}
+
+/** Upper bound of a word's prefix range in "C" order (U+10FFFF is never part of a word). */
+const rangeEnd = (word: string) => `${word}\u{10FFFF}`;
+
+/** Words hold only letters and digits, never LIKE wildcards; `@` terms are escaped. */
+const escapeLike = (s: string) => s.replace(/[\\%_]/g, '\\$&');
+
+/** SQL builder that numbers parameters as they are added. */
+class Params {
+  readonly values: unknown[] = [];
+  add(v: unknown): string {
+    this.values.push(v);
+    return `$${this.values.length}`;
+  }
+}
+
+/** A contact (SQL expression `id`) has a word starting with the word in parameter `w`. */
+const hasWordStarting = (id: string, w: string) =>
+  `EXISTS (SELECT 1 FROM contact_search_words x WHERE x.contact_id = ${id} AND left(x.word, char_length(${w})) = ${w})`;
+
+interface Hit {
+  id: string;
+  tier: number;
+}
+
+interface SearchResult {
+  hits: Hit[];
+  total: number;
 }
 
 async function search(
@@ -122,68 +173,143 @@ async function search(
   if (cursor && (cursor.m !== 's' || cursor.h !== hash)) {
     throw badInput('This cursor belongs to another listing or search term: pass the same search parameter', 'invalid_cursor');
   }
-  // A term with `@` is an address (or part of one): matched as text, exact address first.
-  // Its words (`gmail`, `com`) would otherwise turn into prefix queries matching most rows.
-  const words = term.includes('@') ? [] : termWords(term);
-  const substring = term.length >= CONTACT_LIST.substringMinLength;
-  if (words.length === 0 && !substring) {
-    return { data: [], pagination: { limit, totalItems: 0, cursor: null, isDone: true } };
+  const after = cursor as SearchCursor | undefined;
+  // A term with `@` is an address (or part of one): its words (`gmail`, `com`) would match
+  // most contacts, so it is matched as text against the address only.
+  let result: SearchResult;
+  if (term.includes('@')) {
+    result = term.length >= CONTACT_LIST.substringMinLength ? await searchAddress(db, term, limit + 1, after) : { hits: [], total: 0 };
+  } else {
+    const words = termWords(term);
+    if (words.length === 0) result = { hits: [], total: 0 };
+    else if (words.length === 1) result = await searchWord(db, words[0], limit + 1, after);
+    else result = await searchWords(db, words, limit + 1, after);
   }
 
-  // Parameters are numbered as they are added, so each query only carries the ones it uses.
-  const params = (args: unknown[]) => (v: unknown) => {
-    args.push(v);
-    return `$${args.length}`;
-  };
-  const like = `%${term.replace(/[\\%_]/g, '\\$&')}%`;
-  const prefixQuery = words.map((w) => `${w}:*`).join(' & ');
-  const matchWhere = (p: (v: unknown) => string) => {
-    const m: string[] = [];
-    if (words.length) m.push(`search_tsv @@ to_tsquery('simple', ${p(prefixQuery)})`);
-    if (substring) m.push(`search_text LIKE ${p(like)}`);
-    return m.join(' OR ');
-  };
-
-  const args: unknown[] = [];
-  const p = params(args);
-  const where = matchWhere(p);
-  // Words hold only letters and digits, so they are safe inside a tsquery.
-  const rank = words.length
-    ? `ts_rank(search_tsv, to_tsquery('simple', ${p(prefixQuery)}))::float8 + CASE WHEN search_tsv @@ to_tsquery('simple', ${p(words.join(' & '))}) THEN 1 ELSE 0 END`
-    : '0::float8';
-  const score = `(${rank} + CASE WHEN lower(email) = ${p(term)} THEN 2 ELSE 0 END)::float8`;
-  const after = cursor ? `WHERE score < ${p(cursor.s)}::float8 OR (score = $${args.length}::float8 AND id > ${p(cursor.i)})` : '';
-  // Scores and the count ride on (id, score) only; the page's columns are read for its rows.
-  const sql = `
-    SELECT ${CONTACT_COLUMNS.split(', ').map((col) => `c.${col}`).join(', ')}, m.score, m.total
-      FROM (
-        SELECT id, score, total FROM (
-          SELECT id, ${score} AS score, count(*) OVER () AS total FROM contacts WHERE ${where}
-        ) s
-        ${after}
-        ORDER BY score DESC, id ASC
-        LIMIT ${p(limit + 1)}
-      ) m
-      JOIN contacts c ON c.id = m.id
-     ORDER BY m.score DESC, m.id ASC`;
-  const r = await db.query<ContactRow & { score: number; total: number }>(sql, args);
-  const more = r.rows.length > limit;
-  const page = r.rows.slice(0, limit);
-  const last = page[page.length - 1];
-  let total = r.rows[0]?.total ?? (cursor ? undefined : 0);
-  if (total === undefined) {
-    // A cursor past the last match leaves no row to carry the window count.
-    const countArgs: unknown[] = [];
-    const c = await db.query<{ n: number }>(`SELECT count(*) AS n FROM contacts WHERE ${matchWhere(params(countArgs))}`, countArgs);
-    total = c.rows[0]?.n ?? 0;
-  }
+  const more = result.hits.length > limit;
+  const hits = result.hits.slice(0, limit);
+  const last = hits[hits.length - 1];
+  const rows = hits.length
+    ? (await db.query<ContactRow>(`SELECT ${CONTACT_COLUMNS} FROM contacts WHERE id = ANY($1::text[])`, [hits.map((h) => h.id)])).rows
+    : [];
+  const byId = new Map(rows.map((r) => [r.id, r]));
   return {
-    data: page.map(toContact),
+    // A contact deleted between the two reads is left out of this page.
+    data: hits.flatMap((h) => {
+      const r = byId.get(h.id);
+      return r ? [toContact(r)] : [];
+    }),
     pagination: {
       limit,
-      totalItems: Number(total),
-      cursor: more && last ? signer.sign(CURSOR_PURPOSE, { m: 's', h: hash, s: Number(last.score), i: last.id } satisfies SearchCursor, expires) : null,
+      totalItems: result.total,
+      cursor: more && last ? signer.sign(CURSOR_PURPOSE, { m: 's', h: hash, t: last.tier, i: last.id } satisfies SearchCursor, expires) : null,
       isDone: !more,
     },
+  };
+}
+
+/**
+ * One word. totalItems: the contacts with a word in the word's prefix range, each counted on
+ * its first word in the range (`prev` before the range), plus the contacts where the word
+ * occurs only inside a word. The page: tier after tier, each walked in id order, until
+ * `want` hits; the count runs alongside.
+ */
+async function searchWord(db: Queryable, word: string, want: number, after: SearchCursor | undefined): Promise<SearchResult> {
+  const inside = [...word].length >= CONTACT_LIST.substringMinLength;
+  const like = `%${word}%`;
+  const count = db.query<{ n: string }>(
+    `SELECT (SELECT count(*) FROM contact_search_words WHERE word >= $1 AND word < $2 AND (prev IS NULL OR prev < $1))` +
+      (inside ? ` + (SELECT count(*) FROM contacts c WHERE c.search_infix LIKE $3 AND NOT ${hasWordStarting('c.id', '$1')})` : '') +
+      ' AS n',
+    inside ? [word, rangeEnd(word), like] : [word, rangeEnd(word)],
+  );
+
+  const wholeWord = (kinds: string) =>
+    `SELECT contact_id AS id FROM contact_search_words WHERE word = $1 AND ${kinds} AND contact_id > $2 ORDER BY contact_id LIMIT $3`;
+  const tiers: [number, (from: string, n: number) => [string, unknown[]]][] = [
+    [SEARCH_TIER.nameWord, (from, n) => [wholeWord('kinds & 1 <> 0'), [word, from, n]]],
+    [SEARCH_TIER.localWord, (from, n) => [wholeWord('kinds & 3 = 2'), [word, from, n]]],
+    [SEARCH_TIER.domainWord, (from, n) => [wholeWord('kinds & 3 = 0'), [word, from, n]]],
+    [
+      SEARCH_TIER.wordPrefix,
+      (from, n) => [
+        `SELECT contact_id AS id FROM contact_search_words
+          WHERE word > $1 AND word < $2 AND (prev IS NULL OR prev < $1) AND contact_id > $3
+          ORDER BY contact_id LIMIT $4`,
+        [word, rangeEnd(word), from, n],
+      ],
+    ],
+  ];
+  if (inside) {
+    tiers.push([
+      SEARCH_TIER.inside,
+      (from, n) => [
+        `SELECT c.id FROM contacts c WHERE c.search_infix LIKE $2 AND c.id > $3 AND NOT ${hasWordStarting('c.id', '$1')} ORDER BY c.id LIMIT $4`,
+        [word, like, from, n],
+      ],
+    ]);
+  }
+
+  const walk = async () => {
+    const hits: Hit[] = [];
+    for (const [tier, query] of tiers) {
+      if (after && tier < after.t) continue;
+      const [sql, args] = query(after && tier === after.t ? after.i : '', want - hits.length);
+      const r = await db.query<{ id: string }>(sql, args);
+      for (const row of r.rows) hits.push({ id: row.id, tier });
+      if (hits.length >= want) break;
+    }
+    return hits;
+  };
+  const [hits, n] = await Promise.all([walk(), count]);
+  return { hits, total: Number(n.rows[0]?.n ?? 0) };
+}
+
+/**
+ * Several words: each word's matching contacts with its level (whole word of the names /
+ * local part / domain, prefix, inside), joined on the contact; the tier is the worst level.
+ */
+async function searchWords(db: Queryable, words: string[], want: number, after: SearchCursor | undefined): Promise<SearchResult> {
+  const p = new Params();
+  const sets = words.map((word, k) => {
+    const w = p.add(word);
+    const prefix = `SELECT contact_id AS id,
+        CASE WHEN word <> ${w} THEN ${SEARCH_TIER.wordPrefix} WHEN kinds & 1 <> 0 THEN ${SEARCH_TIER.nameWord}
+             WHEN kinds & 2 <> 0 THEN ${SEARCH_TIER.localWord} ELSE ${SEARCH_TIER.domainWord} END AS lvl
+        FROM contact_search_words WHERE word >= ${w} AND word < ${p.add(rangeEnd(word))} AND (prev IS NULL OR prev < ${w})`;
+    const inside =
+      [...word].length >= CONTACT_LIST.substringMinLength
+        ? ` UNION ALL SELECT c.id, ${SEARCH_TIER.inside} FROM contacts c WHERE c.search_infix LIKE ${p.add(`%${word}%`)} AND NOT ${hasWordStarting('c.id', w)}`
+        : '';
+    return `w${k} AS (${prefix}${inside})`;
+  });
+  const join = words.map((_, k) => (k === 0 ? 'w0' : `JOIN w${k} ON w${k}.id = w0.id`)).join(' ');
+  const tier = `greatest(${words.map((_, k) => `w${k}.lvl`).join(', ')})`;
+  return pageOfMatches(db, p, `WITH ${sets.join(', ')}, m AS MATERIALIZED (SELECT w0.id, ${tier} AS tier FROM ${join})`, want, after);
+}
+
+/** An address or part of one: the exact address first, then the addresses containing it. */
+async function searchAddress(db: Queryable, term: string, want: number, after: SearchCursor | undefined): Promise<SearchResult> {
+  const p = new Params();
+  const like = p.add(`%${escapeLike(term)}%`);
+  // search_text (address and names) carries the trigram index; lower(email) is the condition.
+  const matches = `SELECT id, CASE WHEN lower(email) = ${p.add(term)} THEN ${SEARCH_TIER.exactEmail} ELSE ${SEARCH_TIER.inside} END AS tier
+      FROM contacts WHERE search_text LIKE ${like} AND lower(email) LIKE ${like}`;
+  return pageOfMatches(db, p, `WITH m AS MATERIALIZED (${matches})`, want, after);
+}
+
+/** Count and page of a materialized match set `m (id, tier)`. */
+async function pageOfMatches(db: Queryable, p: Params, withM: string, want: number, after: SearchCursor | undefined): Promise<SearchResult> {
+  const from = after ? `WHERE (tier, id) > (${p.add(after.t)}::int, ${p.add(after.i)}::text)` : '';
+  const r = await db.query<{ total: string; id: string | null; tier: number | null }>(
+    `${withM}
+     SELECT t.total, pg.id, pg.tier
+       FROM (SELECT count(*) AS total FROM m) t
+       LEFT JOIN LATERAL (SELECT id, tier FROM m ${from} ORDER BY tier, id LIMIT ${p.add(want)}) pg ON true`,
+    p.values,
+  );
+  return {
+    total: Number(r.rows[0]?.total ?? 0),
+    hits: r.rows.filter((row) => row.id !== null).map((row) => ({ id: row.id!, tier: Number(row.tier) })),
   };
 }

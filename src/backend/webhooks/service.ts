@@ -75,8 +75,7 @@ export class WebhookService {
   readonly client: SafeHttpClient;
   /** Event names some enabled endpoint subscribes to (events of other names are dropped at once). */
   readonly subscriptions: SubscriptionCache;
-  /** Events dropped because no enabled endpoint subscribes to them (since start). */
-  skipped = 0;
+  private skippedCount = 0;
   private readonly worker: Worker<DeliveryJob>;
   private readonly clock: Clock;
   private readonly log: Logger;
@@ -133,6 +132,11 @@ export class WebhookService {
       pollMs: opts.pollMs ?? WEBHOOK_POLICY.pollMs,
       log: this.log,
     });
+  }
+
+  /** Events dropped because no enabled endpoint subscribes to them (since construction). */
+  get skipped(): number {
+    return this.skippedCount;
   }
 
   // ================================================================== lifecycle
@@ -259,7 +263,7 @@ export class WebhookService {
     if (!isWebhookEvent(event.name)) return Promise.resolve();
     // Before any buffering or write: most email.opened / email.clicked have no subscriber.
     if (!this.subscriptions.wants(event.name)) {
-      this.skipped++;
+      this.skippedCount++;
       return Promise.resolve();
     }
     if (!this.accepting) {

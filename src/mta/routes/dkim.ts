@@ -1,8 +1,8 @@
 import { Type } from '@sinclair/typebox';
-import { badInput, notFound } from '../../shared/errors.js';
+import { badInput, conflict, notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
 import type { MtaContext } from '../context.js';
-import { DkimKeyError, isDkimDomain, isDkimSelector } from '../stores/dkim.js';
+import { DkimKeyError, DkimSelectorInUse, isDkimDomain, isDkimSelector } from '../stores/dkim.js';
 import { Data, DomainName, ErrorResponse, masterErrors } from './schemas.js';
 
 const Algorithm = Type.Union([Type.Literal('rsa-sha256'), Type.Literal('ed25519-sha256')]);
@@ -38,12 +38,12 @@ export async function dkimRoutes(app: HttpApp, m: MtaContext): Promise<void> {
       schema: {
         tags,
         security,
-        summary: "Add or replace a domain's active DKIM key (PEM, RSA ≥ 1024 bits or Ed25519)",
+        summary: "Add or replace the domain's active DKIM key of the key's algorithm (PEM, RSA ≥ 1024 bits or Ed25519); a domain may have one of each",
         body: Type.Object(
           { domain: DomainName, selector: Type.String({ minLength: 1, maxLength: 63 }), privateKey: Type.String({ minLength: 1, maxLength: 20_000 }) },
           { additionalProperties: false },
         ),
-        response: { 200: Data(DkimKeyInfo), 201: Data(DkimKeyInfo), ...masterErrors },
+        response: { 200: Data(DkimKeyInfo), 201: Data(DkimKeyInfo), 409: ErrorResponse, ...masterErrors },
       },
     },
     async (req, reply) => {
@@ -55,6 +55,7 @@ export async function dkimRoutes(app: HttpApp, m: MtaContext): Promise<void> {
         return { data: key };
       } catch (err) {
         if (err instanceof DkimKeyError) throw badInput(err.message, 'invalid_private_key');
+        if (err instanceof DkimSelectorInUse) throw conflict(err.message, 'selector_in_use');
         throw err;
       }
     },
@@ -62,7 +63,7 @@ export async function dkimRoutes(app: HttpApp, m: MtaContext): Promise<void> {
 
   app.get(
     '/dkim',
-    { schema: { tags, security, summary: 'List DKIM keys (redacted)', response: { 200: Data(Type.Array(DkimKeyInfo)), ...masterErrors } } },
+    { schema: { tags, security, summary: 'List DKIM keys (redacted), one entry per (domain, algorithm)', response: { 200: Data(Type.Array(DkimKeyInfo)), ...masterErrors } } },
     async () => ({ data: await m.stores.dkim.list() }),
   );
 
@@ -72,15 +73,22 @@ export async function dkimRoutes(app: HttpApp, m: MtaContext): Promise<void> {
       schema: {
         tags,
         security,
-        summary: "Remove a domain's DKIM key",
+        summary: "Remove the domain's DKIM keys (all of them, or the one of ?algorithm=)",
         params: Type.Object({ domain: DomainName }),
-        response: { 200: Data(Type.Object({ domain: Type.String(), deleted: Type.Boolean() })), 404: ErrorResponse, ...masterErrors },
+        querystring: Type.Object({ algorithm: Type.Optional(Algorithm) }, { additionalProperties: false }),
+        response: {
+          200: Data(Type.Object({ domain: Type.String(), deleted: Type.Boolean(), algorithms: Type.Array(Algorithm, { description: 'Algorithms of the keys removed' }) })),
+          404: ErrorResponse,
+          ...masterErrors,
+        },
       },
     },
     async (req) => {
       const domain = domainParam(req.params.domain);
-      if (!(await m.stores.dkim.remove(domain))) throw notFound(`No DKIM key for ${domain}`, 'dkim_key_not_found');
-      return { data: { domain, deleted: true } };
+      const algorithm = req.query.algorithm;
+      const removed = await m.stores.dkim.remove(domain, algorithm);
+      if (removed.length === 0) throw notFound(`No ${algorithm ? `${algorithm} ` : ''}DKIM key for ${domain}`, 'dkim_key_not_found');
+      return { data: { domain, deleted: true, algorithms: removed } };
     },
   );
 
@@ -90,7 +98,7 @@ export async function dkimRoutes(app: HttpApp, m: MtaContext): Promise<void> {
       schema: {
         tags,
         security,
-        summary: 'Generate a new RSA-2048 key pair as the pending key; returns its DNS TXT value',
+        summary: "Generate a new RSA-2048 key pair as the pending replacement of the domain's RSA key; returns its DNS TXT value",
         params: Type.Object({ domain: DomainName }),
         response: {
           201: Data(
@@ -111,7 +119,7 @@ export async function dkimRoutes(app: HttpApp, m: MtaContext): Promise<void> {
     async (req, reply) => {
       const domain = domainParam(req.params.domain);
       const key = await m.stores.dkim.initiateRotation(domain);
-      if (!key?.pending) throw notFound(`No DKIM key for ${domain}`, 'dkim_key_not_found');
+      if (!key?.pending) throw notFound(`No RSA DKIM key for ${domain} (rotation replaces the domain's RSA key)`, 'dkim_key_not_found');
       reply.code(201);
       const p = key.pending;
       return { data: { domain, selector: p.selector, dnsName: p.dnsName, dnsValue: p.dnsValue, activeSelector: key.selector, createdAt: p.createdAt } };

@@ -76,6 +76,8 @@ export function sendRoutes(app: HttpApp, m: MtaContext): void {
       }
 
       const band = engagementBand(m.policy, body.engagementScore);
+      // Counted before the write so concurrent requests of this instance see each other.
+      m.noteEnqueued();
       const jobId = await intake.enqueue(
         {
           groupKey: groupKeyOf(payload.ipPool, payload.domain),
@@ -86,7 +88,6 @@ export function sendRoutes(app: HttpApp, m: MtaContext): void {
         },
         Number(req.headers['content-length']) || body.html.length + (body.text?.length ?? 0),
       );
-      m.noteEnqueued();
       reply.code(202);
       // A repeat's messageId is the first job's: the dedupe key contains it.
       return { data: { jobId, messageId: payload.messageId, status: 'queued' as const } };

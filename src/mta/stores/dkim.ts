@@ -2,7 +2,7 @@ import { createPrivateKey, createPublicKey, generateKeyPair, type KeyObject } fr
 import { promisify } from 'node:util';
 import type { Clock } from '../../shared/clock.js';
 import { randomString } from '../../shared/crypto.js';
-import type { Db } from '../../shared/db/pool.js';
+import { tx, type Db } from '../../shared/db/pool.js';
 
 /** DKIM `a=` values the signer uses. */
 export type DkimAlgorithm = 'rsa-sha256' | 'ed25519-sha256';
@@ -78,6 +78,9 @@ export function dnsValueFor(privateKeyPem: string): string {
 
 const generate = promisify(generateKeyPair);
 
+/** A selector already names another key of the domain (both would be `<selector>._domainkey.<domain>`). */
+export class DkimSelectorInUse extends Error {}
+
 interface Row {
   domain: string;
   selector: string;
@@ -91,87 +94,151 @@ interface Row {
   pending_created_at: Date | null;
 }
 
-/** DKIM keys in PostgreSQL (one active key per domain, plus an optional pending rotation key). */
+const TYPE_OF: Record<DkimAlgorithm, KeyType> = { 'rsa-sha256': 'rsa', 'ed25519-sha256': 'ed25519' };
+const SELECTOR_CHARS = 'abcdefghijklmnopqrstuvwxyz0123456789';
+// RSA first: receivers that read only the first signature they understand see rsa-sha256.
+const ORDER = `domain, (algorithm = 'rsa') DESC`;
+
+/**
+ * DKIM keys in PostgreSQL: one active key per (domain, algorithm) — an RSA key, an Ed25519
+ * key, or both (migration 023) — plus an optional pending RSA rotation key.
+ */
 export class PgDkimKeyStore implements DkimKeyStore {
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
   ) {}
 
+  /** Every active key of the domain, RSA first. */
   async getSigningKeys(domain: string): Promise<DkimSigningKey[]> {
-    const res = await this.db.query<Row>('SELECT selector, private_key_pem, algorithm FROM mta_dkim_keys WHERE domain = $1', [
+    const res = await this.db.query<Row>(`SELECT selector, private_key_pem, algorithm FROM mta_dkim_keys WHERE domain = $1 ORDER BY ${ORDER}`, [
       domain.toLowerCase(),
     ]);
     return res.rows.map((r) => ({ selector: r.selector, privateKeyPem: r.private_key_pem, algorithm: ALG[r.algorithm] }));
   }
 
-  /** Adds or replaces the domain's active key; `created` tells which. Inputs must be validated. */
+  /**
+   * Adds or replaces the domain's active key of the key's algorithm (the domain's key of the
+   * other algorithm stays); `created` tells which. Inputs must be validated. Throws
+   * DkimKeyError for an unusable key, DkimSelectorInUse when the selector names the domain's
+   * key (or pending key) of the other algorithm.
+   */
   async upsert(domain: string, selector: string, privateKeyPem: string): Promise<{ created: boolean; key: DkimKeyInfo }> {
     const { pem, type } = normalizePrivateKey(privateKeyPem);
     const now = new Date(this.clock.now());
-    const res = await this.db.query<Row & { inserted: boolean }>(
-      `INSERT INTO mta_dkim_keys AS k (domain, selector, private_key_pem, algorithm, created_at, updated_at)
-       VALUES ($1, $2, $3, $4, $5, $5)
-       ON CONFLICT (domain) DO UPDATE SET selector = $2, private_key_pem = $3, algorithm = $4, updated_at = $5,
-         -- a pending key under the selector just made active is no longer pending
-         pending_selector = CASE WHEN k.pending_selector = $2 THEN NULL ELSE k.pending_selector END,
-         pending_private_key_pem = CASE WHEN k.pending_selector = $2 THEN NULL ELSE k.pending_private_key_pem END,
-         pending_algorithm = CASE WHEN k.pending_selector = $2 THEN NULL ELSE k.pending_algorithm END,
-         pending_created_at = CASE WHEN k.pending_selector = $2 THEN NULL ELSE k.pending_created_at END
-       RETURNING *, (xmax = 0) AS inserted`,
-      [domain, selector, pem, type, now],
-    );
-    return { created: res.rows[0]!.inserted, key: info(res.rows[0]!) };
+    const write = tx(this.db, async (c) => {
+      // Row locks of the domain's keys; a race with no row to lock ends at the unique index below.
+      const others = await c.query<Row>('SELECT * FROM mta_dkim_keys WHERE domain = $1 AND algorithm <> $2 FOR UPDATE', [domain, type]);
+      const clash = others.rows.find((r) => r.selector === selector || r.pending_selector === selector);
+      if (clash) {
+        throw new DkimSelectorInUse(`selector ${selector} is already used by the ${ALG[clash.algorithm]} key of ${domain}; each key needs its own selector`);
+      }
+      const res = await c.query<Row & { inserted: boolean }>(
+        `INSERT INTO mta_dkim_keys AS k (domain, selector, private_key_pem, algorithm, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $5)
+         ON CONFLICT (domain, algorithm) DO UPDATE SET selector = $2, private_key_pem = $3, updated_at = $5,
+           -- a pending key under the selector just made active is no longer pending
+           pending_selector = CASE WHEN k.pending_selector = $2 THEN NULL ELSE k.pending_selector END,
+           pending_private_key_pem = CASE WHEN k.pending_selector = $2 THEN NULL ELSE k.pending_private_key_pem END,
+           pending_algorithm = CASE WHEN k.pending_selector = $2 THEN NULL ELSE k.pending_algorithm END,
+           pending_created_at = CASE WHEN k.pending_selector = $2 THEN NULL ELSE k.pending_created_at END
+         RETURNING *, (xmax = 0) AS inserted`,
+        [domain, selector, pem, type, now],
+      );
+      return { created: res.rows[0]!.inserted, key: info(res.rows[0]!) };
+    });
+    return write.catch((err: { code?: string; constraint?: string }) => {
+      if (err.code === '23505' && err.constraint === 'mta_dkim_keys_selector') {
+        throw new DkimSelectorInUse(`selector ${selector} is already used by another key of ${domain}; each key needs its own selector`);
+      }
+      throw err;
+    });
   }
 
   async list(): Promise<DkimKeyInfo[]> {
-    const res = await this.db.query<Row>('SELECT * FROM mta_dkim_keys ORDER BY domain');
+    const res = await this.db.query<Row>(`SELECT * FROM mta_dkim_keys ORDER BY ${ORDER}`);
     return res.rows.map(info);
   }
 
-  async get(domain: string): Promise<DkimKeyInfo | null> {
-    const res = await this.db.query<Row>('SELECT * FROM mta_dkim_keys WHERE domain = $1', [domain]);
-    return res.rows[0] ? info(res.rows[0]) : null;
+  /** The domain's keys, RSA first (empty when none). */
+  async get(domain: string): Promise<DkimKeyInfo[]> {
+    const res = await this.db.query<Row>(`SELECT * FROM mta_dkim_keys WHERE domain = $1 ORDER BY ${ORDER}`, [domain]);
+    return res.rows.map(info);
   }
 
-  async remove(domain: string): Promise<boolean> {
-    const res = await this.db.query('DELETE FROM mta_dkim_keys WHERE domain = $1', [domain]);
-    return res.rowCount === 1;
+  /** Removes the domain's keys (only the one of `algorithm` when given); returns the algorithms removed. */
+  async remove(domain: string, algorithm?: DkimAlgorithm): Promise<DkimAlgorithm[]> {
+    const res = algorithm
+      ? await this.db.query<Row>('DELETE FROM mta_dkim_keys WHERE domain = $1 AND algorithm = $2 RETURNING algorithm', [domain, TYPE_OF[algorithm]])
+      : await this.db.query<Row>('DELETE FROM mta_dkim_keys WHERE domain = $1 RETURNING algorithm', [domain]);
+    return res.rows.map((r) => ALG[r.algorithm]).sort((a, b) => (a === b ? 0 : a === 'rsa-sha256' ? -1 : 1));
   }
 
   /**
-   * Starts a rotation: a new RSA-2048 pair under a fresh selector is stored as the pending
-   * key (the active key keeps signing). Replaces an earlier pending key. Null: no such domain.
+   * Starts a rotation of the domain's RSA key: a new RSA-2048 pair under a fresh selector is
+   * stored as the pending key (the active keys keep signing). Replaces an earlier pending key.
+   * Null: the domain has no RSA key.
    */
   async initiateRotation(domain: string): Promise<DkimKeyInfo | null> {
     const { privateKey } = await generate('rsa', { modulusLength: 2048 });
     const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
     const now = this.clock.now();
-    const d = new Date(now).toISOString().slice(0, 10).replace(/-/g, '');
-    const res = await this.db.query<Row>(
-      `UPDATE mta_dkim_keys SET pending_selector = $2 || CASE WHEN selector = $2 THEN 'b' ELSE '' END,
-         pending_private_key_pem = $3, pending_algorithm = 'rsa', pending_created_at = $4
-       WHERE domain = $1 RETURNING *`,
-      [domain, `lm${d}${randomString(4, 'abcdefghijklmnopqrstuvwxyz0123456789')}`, pem, new Date(now)],
-    );
-    return res.rows[0] ? info(res.rows[0]) : null;
+    const day = new Date(now).toISOString().slice(0, 10).replace(/-/g, '');
+    return tx(this.db, async (c) => {
+      const rows = (await c.query<Row>('SELECT * FROM mta_dkim_keys WHERE domain = $1 FOR UPDATE', [domain])).rows;
+      if (!rows.some((r) => r.algorithm === 'rsa')) return null;
+      const used = new Set(rows.flatMap((r) => [r.selector, r.pending_selector]));
+      let selector: string;
+      do selector = `lm${day}${randomString(4, SELECTOR_CHARS)}`;
+      while (used.has(selector));
+      // One pending key per domain: a pending key left on another row (written before 023) goes.
+      await c.query(
+        `UPDATE mta_dkim_keys SET pending_selector = NULL, pending_private_key_pem = NULL, pending_algorithm = NULL, pending_created_at = NULL
+         WHERE domain = $1 AND algorithm <> 'rsa' AND pending_selector IS NOT NULL`,
+        [domain],
+      );
+      const res = await c.query<Row>(
+        `UPDATE mta_dkim_keys SET pending_selector = $2, pending_private_key_pem = $3, pending_algorithm = 'rsa', pending_created_at = $4
+         WHERE domain = $1 AND algorithm = 'rsa' RETURNING *`,
+        [domain, selector, pem, new Date(now)],
+      );
+      return info(res.rows[0]!);
+    });
   }
 
-  /** Makes the pending key active (the DNS check belongs to the rotation job). False: nothing pending. */
+  /**
+   * Makes the pending key the domain's active key of its algorithm (the DNS check belongs to
+   * the rotation job). False: nothing pending.
+   */
   async activatePendingKey(domain: string): Promise<boolean> {
-    const res = await this.db.query(
-      `UPDATE mta_dkim_keys SET selector = pending_selector, private_key_pem = pending_private_key_pem,
-         algorithm = pending_algorithm, updated_at = $2,
-         pending_selector = NULL, pending_private_key_pem = NULL, pending_algorithm = NULL, pending_created_at = NULL
-       WHERE domain = $1 AND pending_selector IS NOT NULL`,
-      [domain, new Date(this.clock.now())],
-    );
-    return res.rowCount === 1;
+    const now = new Date(this.clock.now());
+    return tx(this.db, async (c) => {
+      const res = await c.query<Row>(
+        'SELECT * FROM mta_dkim_keys WHERE domain = $1 AND pending_selector IS NOT NULL ORDER BY pending_created_at DESC FOR UPDATE',
+        [domain],
+      );
+      const from = res.rows[0];
+      if (!from) return false;
+      await c.query(
+        `UPDATE mta_dkim_keys SET pending_selector = NULL, pending_private_key_pem = NULL, pending_algorithm = NULL, pending_created_at = NULL
+         WHERE domain = $1 AND pending_selector IS NOT NULL`,
+        [domain],
+      );
+      // Rotation and upsert keep the pending selector distinct from every key of the domain.
+      await c.query(
+        `INSERT INTO mta_dkim_keys (domain, selector, private_key_pem, algorithm, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $5)
+         ON CONFLICT (domain, algorithm) DO UPDATE SET selector = $2, private_key_pem = $3, updated_at = $5`,
+        [domain, from.pending_selector, from.pending_private_key_pem, from.pending_algorithm, now],
+      );
+      return true;
+    });
   }
 
   /**
    * Seeds keys from DKIM_KEYS (JSON array of {domain, selector, privateKey}) without
-   * overwriting existing ones. Throws DkimKeyError on a malformed value.
+   * overwriting existing ones: a key is added when the domain has no key of its algorithm
+   * (and the selector is free). Throws DkimKeyError on a malformed value.
    */
   async seedFromConfig(raw: string | undefined): Promise<number> {
     if (!raw) return 0;
@@ -195,9 +262,10 @@ export class PgDkimKeyStore implements DkimKeyStore {
       } catch (err) {
         throw new DkimKeyError(`DKIM_KEYS[${i}]: ${(err as Error).message}`);
       }
+      // No conflict target: an existing key of the algorithm, or of the selector, wins.
       const res = await this.db.query(
         `INSERT INTO mta_dkim_keys (domain, selector, private_key_pem, algorithm, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (domain) DO NOTHING`,
+         VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT DO NOTHING`,
         [domain.toLowerCase(), selector, key.pem, key.type, now],
       );
       seeded += res.rowCount ?? 0;

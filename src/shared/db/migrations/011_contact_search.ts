@@ -61,6 +61,9 @@ export const m011: Migration = {
         ' ' || lower(coalesce(first_name, '') || ' ' || coalesce(last_name, '')) || ' ' || lm_search_cut(email, first_name, last_name),
         '[^[:alnum:]]+[[:alnum:]]', ' ', 'g');
 
+    -- Stored so that a trigram match is rechecked with a plain LIKE, not the regexp above.
+    ALTER TABLE contacts ADD COLUMN search_infix text GENERATED ALWAYS AS (lm_search_infix(email, first_name, last_name)) STORED;
+
     CREATE TABLE contact_search_words (
       word       text COLLATE "C" NOT NULL,
       contact_id text COLLATE "C" NOT NULL,
@@ -68,15 +71,26 @@ export const m011: Migration = {
       -- per prefix range without a sort (see above).
       prev       text COLLATE "C",
       -- Bit set of lm_contact_words kinds: 1 names, 2 local part, 4 domain.
-      kinds      smallint NOT NULL,
-      PRIMARY KEY (word, contact_id) INCLUDE (prev, kinds)
+      kinds      smallint NOT NULL
     ) WITH (
       -- Index-only scans need the visibility map current: vacuum after 2 % new rows, not 20 %.
       autovacuum_vacuum_insert_scale_factor = 0.02,
       autovacuum_vacuum_scale_factor = 0.05
     );
+
+    -- Existing contacts, before the indexes (a sorted build beats row-by-row inserts).
+    INSERT INTO contact_search_words (word, contact_id, prev, kinds)
+    SELECT word, id, lag(word) OVER (PARTITION BY id ORDER BY word), kinds
+      FROM (
+        SELECT c.id, w.word COLLATE "C" AS word, bit_or(w.kind)::smallint AS kinds
+          FROM contacts c, lm_contact_words(c.email, c.first_name, c.last_name) w
+         WHERE w.word <> ''
+         GROUP BY 1, 2
+      ) x;
+    ALTER TABLE contact_search_words ADD PRIMARY KEY (word, contact_id) INCLUDE (prev, kinds);
     -- Deletes and the "has no word starting with the term" check go by contact.
     CREATE INDEX contact_search_words_contact ON contact_search_words (contact_id);
+    CREATE INDEX contacts_search_infix ON contacts USING gin (search_infix gin_trgm_ops);
 
     CREATE FUNCTION lm_contact_search_insert() RETURNS trigger LANGUAGE plpgsql AS $fn$
     BEGIN
@@ -137,16 +151,5 @@ export const m011: Migration = {
     CREATE TRIGGER contacts_search_truncate AFTER TRUNCATE ON contacts
       FOR EACH STATEMENT EXECUTE FUNCTION lm_contact_search_truncate();
 
-    -- Existing contacts.
-    INSERT INTO contact_search_words (word, contact_id, prev, kinds)
-    SELECT word, id, lag(word) OVER (PARTITION BY id ORDER BY word), kinds
-      FROM (
-        SELECT c.id, w.word COLLATE "C" AS word, bit_or(w.kind)::smallint AS kinds
-          FROM contacts c, lm_contact_words(c.email, c.first_name, c.last_name) w
-         WHERE w.word <> ''
-         GROUP BY 1, 2
-      ) x;
-
-    CREATE INDEX contacts_search_infix ON contacts USING gin (lm_search_infix(email, first_name, last_name) gin_trgm_ops);
   `,
 };
