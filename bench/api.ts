@@ -2,10 +2,12 @@
  * REST API benchmark (`npm run bench:api`). On its own embedded PostgreSQL (temporary
  * directory) or DATABASE_URL:
  *   1. seeds BENCH_CONTACTS (1,000,000) contacts with multi-row INSERT ... SELECT FROM unnest
- *      batches (all indexes and triggers in place, as the API writes them), then VACUUM ANALYZE;
+ *      batches (triggers on, so counts and search words are written as the API writes them;
+ *      secondary indexes dropped and rebuilt after, as pg_restore does), then VACUUM ANALYZE;
  *   2. starts the real backend (startLettermill, role backend) on loopback and measures over
  *      HTTP, one request at a time, p50/p95/p99 of: get by id, get by email, list page at the
- *      first, middle and last cursor, search with a common and a rare term, create;
+ *      first, middle and last cursor, search with the commonest first name, the commonest last
+ *      name, a rare full name and a full address, create;
  *   3. measures a bare Fastify route (same HTTP client, same process) for scale: latency and
  *      req/s at BENCH_CONCURRENCY, next to get-by-id at the same concurrency.
  * Requests rotate over 200 API keys, so every request passes the real auth and token-bucket
@@ -67,24 +69,35 @@ function rng(seed: number) {
 }
 
 /**
- * A bulk import as pg_restore does it: the secondary indexes (read back from pg_indexes, so
- * they are exactly the migration's) are dropped, the rows inserted, the indexes rebuilt.
+ * A bulk import as pg_restore does it: the secondary indexes of contacts and of its search
+ * words (read back from the catalog, so they are exactly the migrations'; the search words'
+ * primary key included) are dropped, the rows inserted (triggers on, so the search words are
+ * written as the API writes them), the indexes rebuilt.
  */
 async function seedBulk(db: Db): Promise<{ insertMs: number; indexMs: number }> {
-  const defs = (
+  const indexes = (
     await db.query<{ name: string; def: string }>(
-      `SELECT indexname AS name, indexdef AS def FROM pg_indexes WHERE tablename = 'contacts' AND indexname <> 'contacts_pkey'`,
+      `SELECT i.indexname AS name, i.indexdef AS def FROM pg_indexes i
+        WHERE i.tablename IN ('contacts', 'contact_search_words')
+          AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = (quote_ident(i.schemaname) || '.' || quote_ident(i.indexname))::regclass)`,
     )
   ).rows;
-  for (const d of defs) await db.query(`DROP INDEX ${d.name}`);
+  const keys = (
+    await db.query<{ name: string; def: string }>(
+      `SELECT conname AS name, pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conrelid = 'contact_search_words'::regclass AND contype IN ('p', 'u')`,
+    )
+  ).rows;
+  for (const d of indexes) await db.query(`DROP INDEX ${d.name}`);
+  for (const k of keys) await db.query(`ALTER TABLE contact_search_words DROP CONSTRAINT ${k.name}`);
   const inserted = await seed(db);
   const t = performance.now();
+  const builds = [...indexes.map((d) => d.def), ...keys.map((k) => `ALTER TABLE contact_search_words ADD CONSTRAINT ${k.name} ${k.def}`)];
   await Promise.all(
-    defs.map(async (d) => {
+    builds.map(async (sql) => {
       const c = await db.connect();
       try {
         await c.query(`SET maintenance_work_mem = '256MB'`);
-        await c.query(d.def);
+        await c.query(sql);
       } finally {
         c.release();
       }
@@ -192,13 +205,18 @@ async function main(): Promise<void> {
     const seeded = await seedBulk(db);
     const t0 = performance.now();
     await db.query('VACUUM ANALYZE contacts');
+    await db.query('VACUUM ANALYZE contact_search_words');
     const analyzeMs = performance.now() - t0;
-    const size = (await db.query(`SELECT pg_size_pretty(pg_total_relation_size('contacts')) AS s`)).rows[0].s;
+    const size = (
+      await db.query(
+        `SELECT pg_size_pretty(pg_total_relation_size('contacts')) AS c, pg_size_pretty(pg_total_relation_size('contact_search_words')) AS w`,
+      )
+    ).rows[0];
     const seedRate = N / (seeded.insertMs / 1000);
     const overallRate = N / ((seeded.insertMs + seeded.indexMs) / 1000);
     console.log(
       `  insert ${fmt(seedRate)} rows/s (${fmt(seeded.insertMs / 1000, 1)} s); index build ${fmt(seeded.indexMs / 1000, 1)} s; ` +
-        `overall ${fmt(overallRate)} rows/s; VACUUM ANALYZE ${fmt(analyzeMs / 1000, 1)} s; table with indexes ${size}`,
+        `overall ${fmt(overallRate)} rows/s; VACUUM ANALYZE ${fmt(analyzeMs / 1000, 1)} s; contacts with indexes ${size.c}, search words with indexes ${size.w}`,
     );
 
     app = await startLettermill({
@@ -236,6 +254,7 @@ async function main(): Promise<void> {
     const lastPage = JSON.parse(await get(`/api/v1/contacts?limit=25&cursor=${encodeURIComponent(last)}`));
     if (!lastPage.pagination.isDone || lastPage.data.length !== 25) throw new Error('the last-cursor page is not the last page');
     const common = (await db.query<{ f: string; n: number }>(`SELECT lower(first_name) AS f, count(*) AS n FROM contacts GROUP BY 1 ORDER BY 2 DESC LIMIT 1`)).rows[0];
+    const commonLast = (await db.query<{ l: string }>(`SELECT lower(last_name) AS l FROM contacts GROUP BY 1 ORDER BY count(*) DESC LIMIT 1`)).rows[0].l;
     // A rare search is a person's full name: the least frequent first + last name pair.
     const rare = (
       await db.query<{ l: string; n: number }>(
@@ -244,6 +263,7 @@ async function main(): Promise<void> {
     ).rows[0];
     const commonMatches = JSON.parse(await get(`/api/v1/contacts?search=${common.f}&limit=1`)).pagination.totalItems;
     const rareMatches = JSON.parse(await get(`/api/v1/contacts?search=${encodeURIComponent(rare.l)}&limit=1`)).pagination.totalItems;
+    const commonLastMatches = JSON.parse(await get(`/api/v1/contacts?search=${commonLast}&limit=1`)).pagination.totalItems;
     const exactEmail = sample[7].email;
 
     const ops: [string, number | null, (i: number) => Promise<unknown>][] = [
@@ -253,6 +273,7 @@ async function main(): Promise<void> {
       ['list page, middle cursor', 20, () => get(`/api/v1/contacts?limit=25&cursor=${encodeURIComponent(middle)}`)],
       ['list page, last cursor', 20, () => get(`/api/v1/contacts?limit=25&cursor=${encodeURIComponent(last)}`)],
       [`search common "${common.f}" (${fmt(commonMatches)} matches)`, 50, () => get(`/api/v1/contacts?search=${common.f}&limit=25`)],
+      [`search common "${commonLast}" (${fmt(commonLastMatches)} matches)`, 50, () => get(`/api/v1/contacts?search=${commonLast}&limit=25`)],
       [`search rare "${rare.l}" (${fmt(rareMatches)} matches)`, 50, () => get(`/api/v1/contacts?search=${encodeURIComponent(rare.l)}&limit=25`)],
       ['search by a full email address', 50, () => get(`/api/v1/contacts?search=${encodeURIComponent(exactEmail)}&limit=25`)],
       [

@@ -1,6 +1,11 @@
 /**
- * End-to-end mode of `npm run bench:mta` (BENCH_MODE=e2e|all): the whole product in one
- * process (startLettermill, role all) on the bench's PostgreSQL, DNS and sink. A generator
+ * End-to-end mode of `npm run bench:mta` (BENCH_MODE=e2e|all): the product in one process
+ * (startLettermill) on the bench's PostgreSQL, DNS and sink, in two forms:
+ *   role all: what `npm start` runs — the MTA posts every `sent` event to the backend in the
+ *             same process, which records it (feedback pipeline) on the same two cores;
+ *   role mta: the MTA alone, its events posted to a loopback receiver that answers 204 at
+ *             once (the event posting is counted, the backend's processing is not) — the
+ *             like-for-like comparison with Postfix relaying, which notifies no one. A generator
  * POSTs N jobs to the MTA's /send across the bench domains; every job passes the queue and
  * the ten phases and is delivered with DKIM RSA-2048. Raised for the bench, through the API
  * as an operator would: ISP profiles of the bench domains and the organization's limits; the
@@ -12,7 +17,8 @@
  * request, as much as the server's own work, and it shares the event loop with the server.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
-import { Agent, request } from 'node:http';
+import { Agent, createServer, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startLettermill } from '../src/runtime/boot.js';
@@ -98,10 +104,15 @@ export async function runEndToEnd(o: {
   bytes: number;
   domains: number;
   html: (bytes: number, seed: number) => string;
+  role: 'all' | 'mta';
 }): Promise<EndToEndResult> {
   const dataDir = mkdtempSync(join(tmpdir(), 'lm-bench-e2e-'));
+  // Role mta: the backend's webhook endpoint is the outside world, answering at once.
+  const receiver = o.role === 'mta' ? createServer((req, res) => req.resume().on('end', () => res.writeHead(204).end())) : null;
+  if (receiver) await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
+  const events = receiver ? { MTA_WEBHOOK_URL: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/webhooks/mta`, MTA_WEBHOOK_SECRET: 'bench-webhook-secret-0123456789' } : {};
   const running = await startLettermill({
-    role: 'all',
+    role: o.role,
     announce: () => {},
     env: {
       NODE_ENV: 'test',
@@ -119,6 +130,8 @@ export async function runEndToEnd(o: {
       MTA_POOLS: 'transactional:127.0.0.2@mta1.bench.test;campaign:127.0.0.3@mta2.bench.test',
       MTA_WARMED_IPS: '127.0.0.2,127.0.0.3',
       EMAIL_PROVIDER: 'mta',
+      ...(process.env.BENCH_WORKER_CONCURRENCY ? { WORKER_CONCURRENCY: process.env.BENCH_WORKER_CONCURRENCY } : {}),
+      ...events,
     },
   });
   const client = jsonClient(running.mtaUrl!, MTA_KEY);
@@ -145,6 +158,7 @@ export async function runEndToEnd(o: {
   } finally {
     client.close();
     await running.stop();
+    if (receiver) await new Promise((r) => receiver.close(r));
     rmSync(dataDir, { recursive: true, force: true });
   }
 }

@@ -1,5 +1,6 @@
 import { accessSync, chmodSync, constants, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { totalmem } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import pg from 'pg';
 import type { Logger } from '../shared/log.js';
@@ -102,6 +103,27 @@ export async function freePort(): Promise<number> {
 }
 
 /**
+ * Memory and planner settings of the embedded server (documented in docs/api.md). Sized from
+ * the memory this process may use (the cgroup limit when there is one, else the machine's):
+ * shared_buffers 1/8 (128 MB..2 GB: PostgreSQL's own default is 128 MB at any size, which
+ * leaves a million contacts mostly outside it), effective_cache_size 1/2 (a planner hint,
+ * allocates nothing), maintenance_work_mem 1/32 (64 MB..512 MB, for index builds in
+ * migrations). random_page_cost 1.1 and effective_io_concurrency 200 describe SSD storage.
+ */
+export function embeddedPostgresSettings(memoryBytes?: number): string[] {
+  const limit = process.constrainedMemory?.() ?? 0;
+  const total = memoryBytes ?? (limit > 0 ? Math.min(limit, totalmem()) : totalmem());
+  const mb = (fraction: number, min: number, max: number) => `${Math.round(Math.min(max, Math.max(min, (total * fraction) / 2 ** 20)))}MB`;
+  return [
+    ['shared_buffers', mb(1 / 8, 128, 2048)],
+    ['effective_cache_size', mb(1 / 2, 256, 64 * 1024)],
+    ['maintenance_work_mem', mb(1 / 32, 64, 512)],
+    ['random_page_cost', '1.1'],
+    ['effective_io_concurrency', '200'],
+  ].flatMap(([k, v]) => ['-c', `${k}=${v}`]);
+}
+
+/**
  * Starts (initialising on first use) a PostgreSQL server in `<dataDir>/pg`, on a free
  * loopback port remembered in `<dataDir>/pg.port` (never assumes 5432), and returns the URL
  * of its `lettermill` database.
@@ -135,7 +157,7 @@ export async function startEmbeddedPostgres(opts: {
     authMethod: 'scram-sha-256',
     persistent: true,
     createPostgresUser: true,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=300', '-c', 'unix_socket_directories='],
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=300', '-c', 'unix_socket_directories=', ...embeddedPostgresSettings()],
     onLog: (m: string) => {
       output.push(String(m));
       if (output.length > 50) output.shift();

@@ -127,9 +127,14 @@ async function list(db: Queryable, signer: Signer, limit: number, cursor: ListCu
   };
 }
 
-/** Distinct words of a term as the search documents split them (runs of letters and digits). */
-function termWords(term: string): string[] {
-  return [...new Set(term.split(/[^\p{L}\p{N}]+/u).filter(Boolean))].slice(0, CONTACT_LIST.searchMaxWords);
+/**
+ * Distinct words of a term, split by PostgreSQL exactly as lm_contact_words splits contacts
+ * (same lower() and [[:alnum:]] under the server's locale), so a term and the words it
+ * should find never disagree on what a letter is.
+ */
+async function termWords(db: Queryable, term: string): Promise<string[]> {
+  const r = await db.query<{ w: string[] }>(`SELECT array_remove(regexp_split_to_array(lower($1), '[^[:alnum:]]+'), '') AS w`, [term]);
+  return [...new Set(r.rows[0]?.w ?? [])].slice(0, CONTACT_LIST.searchMaxWords);
 }
 
 /** Upper bound of a word's prefix range in "C" order (U+10FFFF is never part of a word). */
@@ -147,9 +152,13 @@ class Params {
   }
 }
 
-/** A contact (SQL expression `id`) has a word starting with the word in parameter `w`. */
-const hasWordStarting = (id: string, w: string) =>
-  `EXISTS (SELECT 1 FROM contact_search_words x WHERE x.contact_id = ${id} AND left(x.word, char_length(${w})) = ${w})`;
+/**
+ * A contact (SQL expression `id`) has a word in the prefix range [w, end). Written as a range
+ * (not `left(word, n) = w`) so the planner can pick a hash anti-join over the range when
+ * many contacts are checked, or a probe by contact when few are.
+ */
+const hasWordStarting = (id: string, w: string, end: string) =>
+  `EXISTS (SELECT 1 FROM contact_search_words x WHERE x.contact_id = ${id} AND x.word >= ${w} AND x.word < ${end})`;
 
 interface Hit {
   id: string;
@@ -180,7 +189,7 @@ async function search(
   if (term.includes('@')) {
     result = term.length >= CONTACT_LIST.substringMinLength ? await searchAddress(db, term, limit + 1, after) : { hits: [], total: 0 };
   } else {
-    const words = termWords(term);
+    const words = await termWords(db, term);
     if (words.length === 0) result = { hits: [], total: 0 };
     else if (words.length === 1) result = await searchWord(db, words[0], limit + 1, after);
     else result = await searchWords(db, words, limit + 1, after);
@@ -219,7 +228,7 @@ async function searchWord(db: Queryable, word: string, want: number, after: Sear
   const like = `%${word}%`;
   const count = db.query<{ n: string }>(
     `SELECT (SELECT count(*) FROM contact_search_words WHERE word >= $1 AND word < $2 AND (prev IS NULL OR prev < $1))` +
-      (inside ? ` + (SELECT count(*) FROM contacts c WHERE c.search_infix LIKE $3 AND NOT ${hasWordStarting('c.id', '$1')})` : '') +
+      (inside ? ` + (SELECT count(*) FROM contacts c WHERE c.search_infix LIKE $3 AND NOT ${hasWordStarting('c.id', '$1', '$2')})` : '') +
       ' AS n',
     inside ? [word, rangeEnd(word), like] : [word, rangeEnd(word)],
   );
@@ -244,8 +253,8 @@ async function searchWord(db: Queryable, word: string, want: number, after: Sear
     tiers.push([
       SEARCH_TIER.inside,
       (from, n) => [
-        `SELECT c.id FROM contacts c WHERE c.search_infix LIKE $2 AND c.id > $3 AND NOT ${hasWordStarting('c.id', '$1')} ORDER BY c.id LIMIT $4`,
-        [word, like, from, n],
+        `SELECT c.id FROM contacts c WHERE c.search_infix LIKE $3 AND c.id > $4 AND NOT ${hasWordStarting('c.id', '$1', '$2')} ORDER BY c.id LIMIT $5`,
+        [word, rangeEnd(word), like, from, n],
       ],
     ]);
   }
@@ -273,13 +282,14 @@ async function searchWords(db: Queryable, words: string[], want: number, after: 
   const p = new Params();
   const sets = words.map((word, k) => {
     const w = p.add(word);
+    const end = p.add(rangeEnd(word));
     const prefix = `SELECT contact_id AS id,
         CASE WHEN word <> ${w} THEN ${SEARCH_TIER.wordPrefix} WHEN kinds & 1 <> 0 THEN ${SEARCH_TIER.nameWord}
              WHEN kinds & 2 <> 0 THEN ${SEARCH_TIER.localWord} ELSE ${SEARCH_TIER.domainWord} END AS lvl
-        FROM contact_search_words WHERE word >= ${w} AND word < ${p.add(rangeEnd(word))} AND (prev IS NULL OR prev < ${w})`;
+        FROM contact_search_words WHERE word >= ${w} AND word < ${end} AND (prev IS NULL OR prev < ${w})`;
     const inside =
       [...word].length >= CONTACT_LIST.substringMinLength
-        ? ` UNION ALL SELECT c.id, ${SEARCH_TIER.inside} FROM contacts c WHERE c.search_infix LIKE ${p.add(`%${word}%`)} AND NOT ${hasWordStarting('c.id', w)}`
+        ? ` UNION ALL SELECT c.id, ${SEARCH_TIER.inside} FROM contacts c WHERE c.search_infix LIKE ${p.add(`%${word}%`)} AND NOT ${hasWordStarting('c.id', w, end)}`
         : '';
     return `w${k} AS (${prefix}${inside})`;
   });
@@ -292,9 +302,8 @@ async function searchWords(db: Queryable, words: string[], want: number, after: 
 async function searchAddress(db: Queryable, term: string, want: number, after: SearchCursor | undefined): Promise<SearchResult> {
   const p = new Params();
   const like = p.add(`%${escapeLike(term)}%`);
-  // search_text (address and names) carries the trigram index; lower(email) is the condition.
   const matches = `SELECT id, CASE WHEN lower(email) = ${p.add(term)} THEN ${SEARCH_TIER.exactEmail} ELSE ${SEARCH_TIER.inside} END AS tier
-      FROM contacts WHERE search_text LIKE ${like} AND lower(email) LIKE ${like}`;
+      FROM contacts WHERE lower(email) LIKE ${like}`;
   return pageOfMatches(db, p, `WITH m AS MATERIALIZED (${matches})`, want, after);
 }
 

@@ -2,6 +2,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../../src/shared/clock.js';
 import { newId } from '../../../src/shared/crypto.js';
+import { migrate } from '../../../src/shared/db/migrate.js';
+import { MIGRATIONS } from '../../../src/shared/db/migrations/index.js';
+import { createEmptyDatabase } from '../../harness/db.js';
 import { startApi, type Api, type Res } from './helpers.js';
 
 function expectInvalid(r: Res, messagePart?: string) {
@@ -312,5 +315,155 @@ describe('contact pagination and search', () => {
         ['joanna1@tiers.example', ...Array.from({ length: 10 }, (_, i) => `joanna1${i}@tiers.example`)].sort(),
       );
     });
+  });
+});
+
+/**
+ * The search rules of docs/api.md, written independently of the SQL: a contact's words are
+ * the letter/digit runs of its names, its local part (and the local part cut where its first
+ * or last name of 3+ characters begins) and its domain; a term word matches at the start of
+ * a word (whole word: names 1, local part 2, domain 3; prefix 4) or, with 3+ characters,
+ * inside a name word or local-part piece (5). Tier = worst over the term's words.
+ */
+type Person = { email: string; firstName: string | null; lastName: string | null };
+const split = (s: string) => s.toLowerCase().split(/[^a-z0-9]+/).filter(Boolean);
+function tierOf(c: Person, term: string): number | null {
+  const at = c.email.indexOf('@');
+  const local = c.email.slice(0, at).toLowerCase();
+  let cut = local;
+  for (const n of [c.firstName, c.lastName]) if (n && n.length >= 3) cut = cut.split(n.toLowerCase()).join(` ${n.toLowerCase()}`);
+  const kinds = new Map<string, number>();
+  const add = (ws: string[], k: number) => ws.forEach((w) => kinds.set(w, (kinds.get(w) ?? 0) | k));
+  const names = split(`${c.firstName ?? ''} ${c.lastName ?? ''}`);
+  add(names, 1);
+  add(split(local), 2);
+  add(split(cut), 2);
+  add(split(c.email.slice(at + 1)), 4);
+  const inner = [...names, ...split(cut)].map((w) => w.slice(1));
+  let tier = 0;
+  for (const t of new Set(split(term))) {
+    const k = kinds.get(t);
+    const level =
+      k !== undefined ? (k & 1 ? 1 : k & 2 ? 2 : 3) : [...kinds.keys()].some((w) => w.startsWith(t)) ? 4 : t.length >= 3 && inner.some((w) => w.includes(t)) ? 5 : null;
+    if (level === null) return null;
+    tier = Math.max(tier, level);
+  }
+  return tier === 0 ? null : tier;
+}
+
+describe('search follows the documented rules', () => {
+  let api: Api;
+  let key: string;
+  const clock = new ManualClock();
+  const people = new Map<string, Person>();
+  const TERMS = ['ann', 'anna', 'annabel', 'oann', 'joanna', 'smith', 'mith', 'son', 'john', 'jo', 'j', 'a', 'mary ann', 'anna smith', 'ohn', 'acme', 'com',
+    'co', 'smith co', 'brien', "o'brien", 'li', 'al', 'ng', 'mary-ann', '7', 'x7', 'zz', 'ann ann', 'obrien', 'essmi'];
+
+  async function expectRules(term: string) {
+    const expected = [...people]
+      .map(([id, c]) => ({ id, tier: tierOf(c, term) }))
+      .filter((m): m is { id: string; tier: number } => m.tier !== null)
+      .sort((x, y) => x.tier - y.tier || (x.id < y.id ? -1 : 1))
+      .map((m) => m.id);
+    const { ids, totals } = await walk(api, key, `search=${encodeURIComponent(term)}&limit=7`);
+    if (process.env.LM_DEBUG_SEARCH) console.log(term, expected.length);
+    expect(ids, term).toEqual(expected);
+    expect(new Set(totals), term).toEqual(new Set([expected.length]));
+  }
+
+  beforeAll(async () => {
+    api = await startApi({ clock, tickMs: 200 });
+    key = await api.key(['contacts:read', 'contacts:write']);
+    let s = 7;
+    const rnd = (n: number) => Math.floor(((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32) * n);
+    const firsts = ['Ann', 'Anna', 'Annabel', 'Joanna', 'Hannah', 'John', 'Jon', 'Johnny', 'Mary', 'Mary-Ann', 'Li', 'Al', null];
+    const lasts = ['Smith', 'Smithson', 'Johnson', 'Anderson', 'Goldsmith', 'Ng', "O'Brien", null];
+    const domains = ['acme.com', 'smith-co.io', 'mail.anna.org', 'example.com', 'johnson.net'];
+    const rows: Person[] = [];
+    for (let i = 0; i < 240; i++) {
+      const f = firsts[rnd(firsts.length)];
+      const l = lasts[rnd(lasts.length)];
+      const fl = (f ?? 'x').toLowerCase().replace(/[^a-z]/g, '');
+      const ll = (l ?? 'y').toLowerCase().replace(/[^a-z]/g, '');
+      let local = [`${fl}.${ll}`, `${fl[0]}${ll}`, `${ll}${i}`, `${fl}${ll}`, 'info', `j.anna.${ll}`, `x7${fl}`][rnd(7)];
+      // A third of the addresses end in letters (whole words); repeats get a number.
+      if (i % 3 || rows.some((r) => r.email.startsWith(`${local}@`))) local += i;
+      rows.push({ email: `${local}@${domains[rnd(domains.length)]}`, firstName: f, lastName: l });
+    }
+    const ids = await seed(api, rows, Date.UTC(2025, 8, 1));
+    ids.forEach((id, i) => people.set(id, rows[i]));
+  });
+  afterAll(async () => api?.close());
+
+  it('each term returns exactly the contacts the rules match, in tier then id order, with exact totalItems', async () => {
+    for (const term of TERMS) await expectRules(term);
+  }, 120_000);
+
+  it('stays exact after contacts are renamed, re-addressed (API and SQL) and deleted', async () => {
+    const ids = [...people.keys()];
+    // Through the API: names and address changes, a name cleared, a delete.
+    const changes: [string, Partial<Person>][] = [
+      [ids[0], { firstName: 'Joanna', lastName: 'Smithson' }],
+      [ids[1], { email: 'annasmith@acme.com' }],
+      [ids[2], { firstName: null, lastName: null }],
+      [ids[3], { email: 'obrien.li@mail.anna.org', lastName: 'Li' }],
+    ];
+    for (const [id, patch] of changes) {
+      const r = await api.call('PUT', `/api/v1/contacts/${id}`, { key, body: patch });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      people.set(id, { ...people.get(id)!, ...patch });
+    }
+    expect((await api.call('DELETE', `/api/v1/contacts/${ids[4]}`, { key })).status).toBe(200);
+    people.delete(ids[4]);
+    // In SQL, several rows in one statement (as other parts of the product write contacts).
+    await api.app.db.pool.query(`UPDATE contacts SET first_name = 'Annabel', last_name = 'Ng' WHERE id = ANY($1)`, [ids.slice(5, 9)]);
+    for (const id of ids.slice(5, 9)) people.set(id, { ...people.get(id)!, firstName: 'Annabel', lastName: 'Ng' });
+    await api.app.db.pool.query(`UPDATE contacts SET updated_at = updated_at WHERE id = ANY($1)`, [ids.slice(9, 20)]);
+    await api.app.db.pool.query('DELETE FROM contacts WHERE id = ANY($1)', [ids.slice(20, 25)]);
+    for (const id of ids.slice(20, 25)) people.delete(id);
+    for (const term of TERMS) await expectRules(term);
+  }, 120_000);
+
+  it('a page boundary inside a tier and between tiers loses and repeats nothing at any page size', async () => {
+    const all = (await walk(api, key, 'search=an&limit=100')).ids;
+    for (const limit of [1, 2, 3, 5, 11]) expect((await walk(api, key, `search=an&limit=${limit}`)).ids).toEqual(all);
+  }, 120_000);
+
+  it('matches letters beyond ASCII, and an address term finds the exact address first, then addresses containing it', async () => {
+    const [zoe] = await seed(api, [{ email: 'zoe@umlaut.example', firstName: 'Zoë', lastName: 'Brontë' }], Date.UTC(2025, 9, 1));
+    const r = await api.call('GET', `/api/v1/contacts?search=${encodeURIComponent('ZOË BRONT')}`, { key });
+    expect(r.body.data.map((c: any) => c.id)).toEqual([zoe]);
+    const address = await api.call('GET', `/api/v1/contacts?search=${encodeURIComponent('@smith-co.io')}&limit=100`, { key });
+    const expected = [...people].filter(([, c]) => c.email.toLowerCase().includes('@smith-co.io')).map(([id]) => id).sort();
+    expect(address.body.data.map((c: any) => c.id)).toEqual(expected);
+    expect(address.body.pagination.totalItems).toBe(expected.length);
+    const [someId, some] = [...people].find(([, c]) => c.email.includes('@smith-co.io'))!;
+    const exact = await api.call('GET', `/api/v1/contacts?search=${encodeURIComponent(some.email.toUpperCase())}`, { key });
+    expect(exact.body.data[0].id).toBe(someId);
+  });
+
+  it('the migration indexes contacts that existed before it exactly as the triggers index new ones', async () => {
+    const db = await createEmptyDatabase();
+    try {
+      await migrate(db.pool, undefined, MIGRATIONS.filter((m) => m.id < '011'));
+      const rows = [...people.values()];
+      const insert = () =>
+        db.pool.query(
+          `INSERT INTO contacts (id, email, first_name, last_name, source, created_at, updated_at)
+           SELECT 'ct_' || n, e, f, l, 'api', now(), now() FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(e, f, l, n)`,
+          [rows.map((r) => r.email), rows.map((r) => r.firstName), rows.map((r) => r.lastName)],
+        );
+      const words = async () => (await db.pool.query(`SELECT word, contact_id, prev, kinds FROM contact_search_words ORDER BY contact_id, word`)).rows;
+      await insert();
+      await migrate(db.pool);
+      const backfilled = await words();
+      expect(backfilled.length).toBeGreaterThan(rows.length * 3);
+      await db.pool.query('DELETE FROM contacts');
+      expect(await words()).toEqual([]);
+      await insert();
+      expect(await words()).toEqual(backfilled);
+    } finally {
+      await db.drop();
+    }
   });
 });

@@ -19,15 +19,15 @@ import type { Migration } from '../migrate.js';
  * there is never a word start, so only contacts with no word starting with the term are
  * read from the heap.
  *
- * `search_tsv` (ts_rank relevance, read from the heap for every match) is dropped; the trigram
- * index over `search_text` stays for terms containing `@`.
+ * Replaced: `search_tsv` (ts_rank relevance, which read every match from the heap) and
+ * `search_text` (its trigram index now is one on lower(email), for terms containing `@`).
+ * On an existing installation the migration rewrites contacts (the stored column) and
+ * indexes every contact: about a minute per million contacts.
  * Changing lm_contact_words or lm_search_cut later requires rebuilding contact_search_words.
  */
 export const m011: Migration = {
   id: '011_contact_search',
   sql: `
-    ALTER TABLE contacts DROP COLUMN search_tsv;
-
     -- The local part, lower-cased, with a space inserted where the contact's first or last name
     -- (3+ characters) begins. Written flat (no nested calls with computed arguments) so that
     -- PostgreSQL inlines it: a non-inlined SQL function costs tens of microseconds per row.
@@ -61,8 +61,26 @@ export const m011: Migration = {
         ' ' || lower(coalesce(first_name, '') || ' ' || coalesce(last_name, '')) || ' ' || lm_search_cut(email, first_name, last_name),
         '[^[:alnum:]]+[[:alnum:]]', ' ', 'g');
 
-    -- Stored so that a trigram match is rechecked with a plain LIKE, not the regexp above.
-    ALTER TABLE contacts ADD COLUMN search_infix text GENERATED ALWAYS AS (lm_search_infix(email, first_name, last_name)) STORED;
+    -- One sorted, de-duplicated row per word of a contact, with the previous word and the kinds.
+    CREATE FUNCTION lm_contact_search_rows(email text, first_name text, last_name text)
+      RETURNS TABLE (word text, prev text, kinds smallint)
+      LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+        SELECT word, lag(word) OVER (ORDER BY word), kinds
+          FROM (
+            SELECT w.word COLLATE "C" AS word, bit_or(w.kind)::smallint AS kinds
+              FROM lm_contact_words(email, first_name, last_name) w
+             WHERE w.word <> ''
+             GROUP BY 1
+          ) x
+      $fn$;
+
+    -- search_infix is stored so that a trigram match is rechecked with a plain LIKE, not the
+    -- regexp above. search_tsv (ts_rank over every match) and search_text (address and names
+    -- for LIKE) give way to the structures here and a trigram index on lower(email).
+    ALTER TABLE contacts
+      DROP COLUMN search_tsv,
+      DROP COLUMN search_text,
+      ADD COLUMN search_infix text GENERATED ALWAYS AS (lm_search_infix(email, first_name, last_name)) STORED;
 
     CREATE TABLE contact_search_words (
       word       text COLLATE "C" NOT NULL,
@@ -80,28 +98,20 @@ export const m011: Migration = {
 
     -- Existing contacts, before the indexes (a sorted build beats row-by-row inserts).
     INSERT INTO contact_search_words (word, contact_id, prev, kinds)
-    SELECT word, id, lag(word) OVER (PARTITION BY id ORDER BY word), kinds
-      FROM (
-        SELECT c.id, w.word COLLATE "C" AS word, bit_or(w.kind)::smallint AS kinds
-          FROM contacts c, lm_contact_words(c.email, c.first_name, c.last_name) w
-         WHERE w.word <> ''
-         GROUP BY 1, 2
-      ) x;
+    SELECT r.word, c.id, r.prev, r.kinds FROM contacts c, lm_contact_search_rows(c.email, c.first_name, c.last_name) r;
     ALTER TABLE contact_search_words ADD PRIMARY KEY (word, contact_id) INCLUDE (prev, kinds);
     -- Deletes and the "has no word starting with the term" check go by contact.
     CREATE INDEX contact_search_words_contact ON contact_search_words (contact_id);
     CREATE INDEX contacts_search_infix ON contacts USING gin (search_infix gin_trgm_ops);
+    -- Terms containing @: the address contains the term.
+    CREATE INDEX contacts_email_trgm ON contacts USING gin (lower(email) gin_trgm_ops);
 
     CREATE FUNCTION lm_contact_search_insert() RETURNS trigger LANGUAGE plpgsql AS $fn$
     BEGIN
+      -- Per contact (a LATERAL call), not one GROUP BY over the batch: no sort or hash that
+      -- spills past work_mem on bulk inserts.
       INSERT INTO contact_search_words (word, contact_id, prev, kinds)
-      SELECT word, id, lag(word) OVER (PARTITION BY id ORDER BY word), kinds
-        FROM (
-          SELECT n.id, w.word COLLATE "C" AS word, bit_or(w.kind)::smallint AS kinds
-            FROM lm_search_new n, lm_contact_words(n.email, n.first_name, n.last_name) w
-           WHERE w.word <> ''
-           GROUP BY 1, 2
-        ) x;
+      SELECT r.word, n.id, r.prev, r.kinds FROM lm_search_new n, lm_contact_search_rows(n.email, n.first_name, n.last_name) r;
       RETURN NULL;
     END $fn$;
 
@@ -116,17 +126,12 @@ export const m011: Migration = {
             WHERE n.id = o.id AND n.email = o.email
               AND n.first_name IS NOT DISTINCT FROM o.first_name AND n.last_name IS NOT DISTINCT FROM o.last_name);
       INSERT INTO contact_search_words (word, contact_id, prev, kinds)
-      SELECT word, id, lag(word) OVER (PARTITION BY id ORDER BY word), kinds
-        FROM (
-          SELECT n.id, w.word COLLATE "C" AS word, bit_or(w.kind)::smallint AS kinds
-            FROM lm_search_new n, lm_contact_words(n.email, n.first_name, n.last_name) w
-           WHERE w.word <> ''
-             AND NOT EXISTS (
-               SELECT 1 FROM lm_search_old o
-                WHERE o.id = n.id AND o.email = n.email
-                  AND o.first_name IS NOT DISTINCT FROM n.first_name AND o.last_name IS NOT DISTINCT FROM n.last_name)
-           GROUP BY 1, 2
-        ) x;
+      SELECT r.word, n.id, r.prev, r.kinds
+        FROM lm_search_new n, lm_contact_search_rows(n.email, n.first_name, n.last_name) r
+       WHERE NOT EXISTS (
+         SELECT 1 FROM lm_search_old o
+          WHERE o.id = n.id AND o.email = n.email
+            AND o.first_name IS NOT DISTINCT FROM n.first_name AND o.last_name IS NOT DISTINCT FROM n.last_name);
       RETURN NULL;
     END $fn$;
 
