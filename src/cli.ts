@@ -18,7 +18,6 @@ function fail(message: string, code = 1): never {
 }
 
 async function serve(role: Role): Promise<void> {
-  let starting: Promise<Running> | undefined;
   let stopping = 0;
   const shutdown = async (signal: string) => {
     // Ctrl+C under `npm start` delivers SIGINT twice (terminal group + npm forwarding), so
@@ -31,12 +30,13 @@ async function serve(role: Role): Promise<void> {
     stopping = Date.now();
     process.stderr.write(`${signal}: shutting down\n`);
     // A signal during start-up waits for it, so nothing half-started is left behind.
-    await starting?.then((r) => r.stop(), () => {});
+    await starting.then((r) => r.stop(), () => {});
     process.exit(0);
   };
   process.on('SIGINT', () => void shutdown('SIGINT'));
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
-  starting = startLettermill({ role });
+  // Handlers are registered first; no signal can run before this line (same synchronous turn).
+  const starting: Promise<Running> = startLettermill({ role });
   await starting;
 }
 

@@ -38,7 +38,7 @@ export interface Running {
  * DATABASE_URL, or the embedded one in DATA_DIR. Fills the defaults that only make sense
  * when roles share a process (the backend finds the MTA on loopback and vice versa).
  */
-async function prepareConfig(opts: StartOptions, role: Role) {
+async function prepareConfig(opts: StartOptions) {
   const env = { ...(opts.env ?? process.env) };
   const config = loadConfig(env);
   const dataDir = resolve(config.DATA_DIR);
@@ -68,7 +68,7 @@ async function prepareConfig(opts: StartOptions, role: Role) {
 export async function startLettermill(opts: StartOptions = {}): Promise<Running> {
   const role = opts.role ?? 'all';
   const announce = opts.announce ?? ((line: string) => process.stdout.write(`${line}\n`));
-  const { config, dataDir, embedded, generated, postgresPassword } = await prepareConfig(opts, role);
+  const { config, dataDir, embedded, generated, postgresPassword } = await prepareConfig(opts);
   const log = opts.log ?? createLogger({ level: config.LOG_LEVEL });
   const clock = opts.clock ?? systemClock;
 
@@ -154,7 +154,7 @@ function displayHost(host: string): string {
 
 /** `lettermill migrate`: apply migrations and exit. */
 export async function migrateOnly(opts: StartOptions = {}): Promise<string[]> {
-  const { config, dataDir, embedded, postgresPassword } = await prepareConfig(opts, 'all');
+  const { config, dataDir, embedded, postgresPassword } = await prepareConfig(opts);
   const log = opts.log ?? createLogger({ level: config.LOG_LEVEL });
   let store: EmbeddedStore | undefined;
   try {

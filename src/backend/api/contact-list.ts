@@ -140,9 +140,6 @@ async function termWords(db: Queryable, term: string): Promise<string[]> {
 /** Upper bound of a word's prefix range in "C" order (U+10FFFF is never part of a word). */
 const rangeEnd = (word: string) => `${word}\u{10FFFF}`;
 
-/** Words hold only letters and digits, never LIKE wildcards; `@` terms are escaped. */
-const escapeLike = (s: string) => s.replace(/[\\%_]/g, '\\$&');
-
 /** SQL builder that numbers parameters as they are added. */
 class Params {
   readonly values: unknown[] = [];
@@ -298,12 +295,22 @@ async function searchWords(db: Queryable, words: string[], want: number, after: 
   return pageOfMatches(db, p, `WITH ${sets.join(', ')}, m AS MATERIALIZED (SELECT w0.id, ${tier} AS tier FROM ${join})`, want, after);
 }
 
-/** An address or part of one: the exact address first, then the addresses containing it. */
+/**
+ * An address or part of one (`local@domain` fragment): the exact address first, then the
+ * addresses containing it, i.e. whose local part ends with the part before the @ and whose
+ * domain starts with the part after it (B-tree ranges on the domain and the reversed local part).
+ */
 async function searchAddress(db: Queryable, term: string, want: number, after: SearchCursor | undefined): Promise<SearchResult> {
+  const at = term.indexOf('@');
+  const local = term.slice(0, at);
+  const domain = term.slice(at + 1);
   const p = new Params();
-  const like = p.add(`%${escapeLike(term)}%`);
+  const where: string[] = [];
+  const prefixOf = (expr: string, prefix: string) => `${expr} >= ${p.add(prefix)} AND ${expr} < ${p.add(rangeEnd(prefix))}`;
+  if (domain) where.push(prefixOf(`(lower(split_part(email, '@', 2)) COLLATE "C")`, domain));
+  if (local) where.push(prefixOf(`(reverse(lower(split_part(email, '@', 1))) COLLATE "C")`, [...local].reverse().join('')));
   const matches = `SELECT id, CASE WHEN lower(email) = ${p.add(term)} THEN ${SEARCH_TIER.exactEmail} ELSE ${SEARCH_TIER.inside} END AS tier
-      FROM contacts WHERE lower(email) LIKE ${like}`;
+      FROM contacts WHERE ${where.join(' AND ')}`;
   return pageOfMatches(db, p, `WITH m AS MATERIALIZED (${matches})`, want, after);
 }
 

@@ -20,7 +20,7 @@ import type { Migration } from '../migrate.js';
  * read from the heap.
  *
  * Replaced: `search_tsv` (ts_rank relevance, which read every match from the heap) and
- * `search_text` (its trigram index now is one on lower(email), for terms containing `@`).
+ * `search_text` with its trigram index (terms containing `@` use two B-trees, see below).
  * On an existing installation the migration rewrites contacts (the stored column) and
  * indexes every contact: about a minute per million contacts.
  * Changing lm_contact_words or lm_search_cut later requires rebuilding contact_search_words.
@@ -42,16 +42,17 @@ export const m011: Migration = {
 
     -- Words of a contact; kind 1 = names, 2 = local part (whole words and the pieces cut at
     -- the names), 4 = domain. May contain '' and repeats; callers filter and group.
+    -- (unnest in the select list: no per-row tuplestore, unlike unnest in FROM.)
     CREATE FUNCTION lm_contact_words(email text, first_name text, last_name text)
       RETURNS TABLE (word text, kind integer)
       LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
-        SELECT w, 1 FROM unnest(regexp_split_to_array(lower(coalesce(first_name, '') || ' ' || coalesce(last_name, '')), '[^[:alnum:]]+')) w
+        SELECT unnest(regexp_split_to_array(lower(coalesce(first_name, '') || ' ' || coalesce(last_name, '')), '[^[:alnum:]]+')), 1
         UNION ALL
-        SELECT w, 2 FROM unnest(regexp_split_to_array(lower(split_part(email, '@', 1)), '[^[:alnum:]]+')) w
+        SELECT unnest(regexp_split_to_array(lower(split_part(email, '@', 1)), '[^[:alnum:]]+')), 2
         UNION ALL
-        SELECT w, 2 FROM unnest(regexp_split_to_array(lm_search_cut(email, first_name, last_name), '[^[:alnum:]]+')) w
+        SELECT unnest(regexp_split_to_array(lm_search_cut(email, first_name, last_name), '[^[:alnum:]]+')), 2
         UNION ALL
-        SELECT w, 4 FROM unnest(regexp_split_to_array(lower(split_part(email, '@', 2)), '[^[:alnum:]]+')) w
+        SELECT unnest(regexp_split_to_array(lower(split_part(email, '@', 2)), '[^[:alnum:]]+')), 4
       $fn$;
 
     -- Inner fragments: the name words and local-part pieces, each without its first character.
@@ -75,8 +76,7 @@ export const m011: Migration = {
       $fn$;
 
     -- search_infix is stored so that a trigram match is rechecked with a plain LIKE, not the
-    -- regexp above. search_tsv (ts_rank over every match) and search_text (address and names
-    -- for LIKE) give way to the structures here and a trigram index on lower(email).
+    -- regexp above.
     ALTER TABLE contacts
       DROP COLUMN search_tsv,
       DROP COLUMN search_text,
@@ -103,8 +103,11 @@ export const m011: Migration = {
     -- Deletes and the "has no word starting with the term" check go by contact.
     CREATE INDEX contact_search_words_contact ON contact_search_words (contact_id);
     CREATE INDEX contacts_search_infix ON contacts USING gin (search_infix gin_trgm_ops);
-    -- Terms containing @: the address contains the term.
-    CREATE INDEX contacts_email_trgm ON contacts USING gin (lower(email) gin_trgm_ops);
+    -- Terms containing @ ("local@domain" fragments): the address contains the term exactly when
+    -- its local part ends with the part before the @ and its domain starts with the part after.
+    -- Two B-tree prefix ranges; a trigram index over addresses costs ~10x more to build.
+    CREATE INDEX contacts_email_domain ON contacts ((lower(split_part(email, '@', 2)) COLLATE "C"));
+    CREATE INDEX contacts_email_local_reversed ON contacts ((reverse(lower(split_part(email, '@', 1))) COLLATE "C"));
 
     CREATE FUNCTION lm_contact_search_insert() RETURNS trigger LANGUAGE plpgsql AS $fn$
     BEGIN
