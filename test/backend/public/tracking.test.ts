@@ -70,6 +70,8 @@ describe('open and click tracking', () => {
     expect(r.first_human_open_at.getTime()).toBe(t0 + 120_000);
     expect(r.last_open_at.getTime()).toBe(t0 + 180_000);
 
+    // The recorder emits after its batch commits, so the row can be visible a moment before the event.
+    await eventually(async () => b.events.some((e) => e.name === 'email.opened' && (e.data as any).emailId === 'snd_open2'));
     const opened = b.events.filter((e) => e.name === 'email.opened' && (e.data as any).emailId === 'snd_open2');
     expect(opened).toHaveLength(1);
     expect(opened[0]!.data).toMatchObject({
@@ -144,6 +146,7 @@ describe('open and click tracking', () => {
     expect(agg.first_human_click_at.getTime()).toBe(sentAt + 600_000);
     expect(agg.last_click_url).toBe(c);
 
+    await eventually(async () => b.events.some((e) => e.name === 'email.clicked' && (e.data as any).emailId === 'snd_click2'));
     const clicked = b.events.filter((e) => e.name === 'email.clicked' && (e.data as any).emailId === 'snd_click2');
     expect(clicked).toHaveLength(1);
     expect(clicked[0]!.data).toMatchObject({ url: a, clickedAt: new Date(sentAt + 600_000).toISOString(), userAgent: HUMAN_UA });
