@@ -5,7 +5,7 @@ import type { Migration } from '../migrate.js';
  *
  * The words of each contact (lower-cased runs of letters and digits of its names, of its
  * email's local part and of its domain) go into `contact_search_words`, one row per
- * (word, contact), kept by statement-level triggers. Its B-tree serves, without reading
+ * (word, contact), kept by triggers on contacts. Its B-tree serves, without reading
  * contacts' heap:
  * - a page of the contacts having a whole word, in id order (index-only range walk);
  * - the exact number of contacts having a word that starts with a prefix: the range of the
@@ -48,9 +48,7 @@ export const m011: Migration = {
       LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
         SELECT unnest(regexp_split_to_array(lower(coalesce(first_name, '') || ' ' || coalesce(last_name, '')), '[^[:alnum:]]+')), 1
         UNION ALL
-        SELECT unnest(regexp_split_to_array(lower(split_part(email, '@', 1)), '[^[:alnum:]]+')), 2
-        UNION ALL
-        SELECT unnest(regexp_split_to_array(lm_search_cut(email, first_name, last_name), '[^[:alnum:]]+')), 2
+        SELECT unnest(regexp_split_to_array(lower(split_part(email, '@', 1)) || ' ' || lm_search_cut(email, first_name, last_name), '[^[:alnum:]]+')), 2
         UNION ALL
         SELECT unnest(regexp_split_to_array(lower(split_part(email, '@', 2)), '[^[:alnum:]]+')), 4
       $fn$;
@@ -118,23 +116,13 @@ export const m011: Migration = {
       RETURN NULL;
     END $fn$;
 
-    -- Only contacts whose id, address or names changed get their words rewritten.
+    -- A row trigger, only for rows whose id, address or names change: other updates (updated_at,
+    -- DOI names already set) capture no transition tables and do no work.
     CREATE FUNCTION lm_contact_search_update() RETURNS trigger LANGUAGE plpgsql AS $fn$
     BEGIN
-      DELETE FROM contact_search_words w
-       USING lm_search_old o
-       WHERE w.contact_id = o.id
-         AND NOT EXISTS (
-           SELECT 1 FROM lm_search_new n
-            WHERE n.id = o.id AND n.email = o.email
-              AND n.first_name IS NOT DISTINCT FROM o.first_name AND n.last_name IS NOT DISTINCT FROM o.last_name);
+      DELETE FROM contact_search_words WHERE contact_id = OLD.id;
       INSERT INTO contact_search_words (word, contact_id, prev, kinds)
-      SELECT r.word, n.id, r.prev, r.kinds
-        FROM lm_search_new n, lm_contact_search_rows(n.email, n.first_name, n.last_name) r
-       WHERE NOT EXISTS (
-         SELECT 1 FROM lm_search_old o
-          WHERE o.id = n.id AND o.email = n.email
-            AND o.first_name IS NOT DISTINCT FROM n.first_name AND o.last_name IS NOT DISTINCT FROM n.last_name);
+      SELECT r.word, NEW.id, r.prev, r.kinds FROM lm_contact_search_rows(NEW.email, NEW.first_name, NEW.last_name) r;
       RETURN NULL;
     END $fn$;
 
@@ -152,8 +140,11 @@ export const m011: Migration = {
 
     CREATE TRIGGER contacts_search_insert AFTER INSERT ON contacts
       REFERENCING NEW TABLE AS lm_search_new FOR EACH STATEMENT EXECUTE FUNCTION lm_contact_search_insert();
-    CREATE TRIGGER contacts_search_update AFTER UPDATE ON contacts
-      REFERENCING OLD TABLE AS lm_search_old NEW TABLE AS lm_search_new FOR EACH STATEMENT EXECUTE FUNCTION lm_contact_search_update();
+    CREATE TRIGGER contacts_search_update AFTER UPDATE OF id, email, first_name, last_name ON contacts
+      FOR EACH ROW
+      WHEN (OLD.id IS DISTINCT FROM NEW.id OR OLD.email IS DISTINCT FROM NEW.email
+            OR OLD.first_name IS DISTINCT FROM NEW.first_name OR OLD.last_name IS DISTINCT FROM NEW.last_name)
+      EXECUTE FUNCTION lm_contact_search_update();
     CREATE TRIGGER contacts_search_delete AFTER DELETE ON contacts
       REFERENCING OLD TABLE AS lm_search_old FOR EACH STATEMENT EXECUTE FUNCTION lm_contact_search_delete();
     CREATE TRIGGER contacts_search_truncate AFTER TRUNCATE ON contacts
