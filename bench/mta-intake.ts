@@ -20,7 +20,8 @@ import { createPool, withDatabase } from '../src/shared/db/pool.js';
 import { migrate } from '../src/shared/db/migrate.js';
 import { INTAKE_BATCH } from '../src/mta/intake.js';
 import { createMtaQueue } from '../src/mta/queue.js';
-import { benchJob, CLIENTS, jsonClient, postAll } from './mta-e2e.js';
+import { cpuMeter } from './cpu.js';
+import { benchJob, benchJobJson, CLIENTS, jsonClient, postAll } from './mta-e2e.js';
 
 const MTA_KEY = 'lm_mta_bench_0123456789abcdefghijklmnopqrstuvwxyz';
 
@@ -28,8 +29,8 @@ export interface IntakeResult {
   baselineRate: number;
   rate: number;
   elapsedMs: number;
-  /** CPU time of this process (server and generator) per request. */
-  cpuMsPerRequest: number;
+  /** CPU ms per request of this process (server and generator) and of PostgreSQL. */
+  cpu: { processMs: number; postgresMs: number | null };
 }
 
 async function admin(url: string, sql: string): Promise<void> {
@@ -42,7 +43,14 @@ async function admin(url: string, sql: string): Promise<void> {
   }
 }
 
-export async function runIntake(o: { databaseUrl: string; n: number; bytes: number; domains: number; html: (bytes: number, seed: number) => string }): Promise<IntakeResult> {
+export async function runIntake(o: {
+  databaseUrl: string;
+  n: number;
+  bytes: number;
+  domains: number;
+  html: (bytes: number, seed: number) => string;
+  pgDir?: string;
+}): Promise<IntakeResult> {
   const name = `lm_bench_intake_${process.pid}_${Date.now()}`;
   await admin(o.databaseUrl, `CREATE DATABASE ${name}`);
   const url = withDatabase(o.databaseUrl, name);
@@ -96,14 +104,14 @@ export async function runIntake(o: { databaseUrl: string; n: number; bytes: numb
     const client = jsonClient(running.mtaUrl!, MTA_KEY);
     try {
       const warm = `intake-warm-${o.bytes}`;
-      await postAll(client, Math.min(1000, o.n), (i) => benchJob(i, { tag: warm, domains: o.domains, bodies }));
+      await postAll(client, Math.min(1000, o.n), benchJobJson({ tag: warm, domains: o.domains, bodies }));
       const run = `intake-${o.bytes}`;
-      const cpu0 = process.cpuUsage();
+      const meter = cpuMeter(o.pgDir);
       const t1 = performance.now();
-      await postAll(client, o.n, (i) => benchJob(i, { tag: run, domains: o.domains, bodies }));
+      await postAll(client, o.n, benchJobJson({ tag: run, domains: o.domains, bodies }));
       const elapsedMs = performance.now() - t1;
-      const cpu = process.cpuUsage(cpu0);
-      return { baselineRate, rate: (o.n * 1000) / elapsedMs, elapsedMs, cpuMsPerRequest: (cpu.user + cpu.system) / 1000 / o.n };
+      const cpu = meter.stop();
+      return { baselineRate, rate: (o.n * 1000) / elapsedMs, elapsedMs, cpu: { processMs: cpu.processMs / o.n, postgresMs: cpu.postgresMs === null ? null : cpu.postgresMs / o.n } };
     } finally {
       client.close();
       await running.stop();

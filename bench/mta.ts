@@ -53,6 +53,8 @@ const ROUTES: DeliveryRoute[] = [
   { pool: 'campaign', bindIp: '127.0.0.3', ehloName: 'mta2.bench.test' },
 ];
 
+const cpuText = (c: { processMs: number; postgresMs: number | null }, per: string) =>
+  `CPU/${per}: ${fmt(c.processMs, 2)} ms this process${c.postgresMs === null ? '' : ` + ${fmt(c.postgresMs, 2)} ms PostgreSQL`}`;
 const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
 
 /** A newsletter-like HTML body of about `bytes` octets: short lines, mostly ASCII, some UTF-8. */
@@ -162,6 +164,7 @@ async function main(): Promise<void> {
   const started = performance.now();
   let url = process.env.DATABASE_URL;
   let embedded: EmbeddedStore | undefined;
+  let pgDir: string | undefined;
   let tmp: string | undefined;
   let dns: DnsServer | undefined;
   let sink: PostfixSmtpSink | undefined;
@@ -178,6 +181,7 @@ async function main(): Promise<void> {
     if (!url) {
       tmp = mkdtempSync(join(tmpdir(), 'lm-bench-mta-'));
       embedded = await startEmbeddedPostgres({ dataDir: tmp, password: 'bench', log: silentLogger, database: 'lm_bench' });
+      pgDir = join(tmp, 'pg');
       url = embedded.url;
     }
     db = createPool(url, { max: 10, applicationName: 'lm-bench-mta' });
@@ -237,9 +241,9 @@ async function main(): Promise<void> {
       const { runIntake } = await import('./mta-intake.js');
       const { CLIENTS } = await import('./mta-e2e.js');
       for (const [label, bytes, n] of sizes) {
-        const r = await runIntake({ databaseUrl: url, n, bytes, domains: DOMAINS, html: htmlBody });
+        const r = await runIntake({ databaseUrl: url, n, bytes, domains: DOMAINS, html: htmlBody, pgDir });
         console.log(
-          `POST /send intake (no delivery), ${label}: ${fmt(r.rate)} requests/s (${fmt(n)} in ${fmt(r.elapsedMs / 1000, 2)} s, ${CLIENTS} keep-alive clients), ${fmt(r.cpuMsPerRequest, 2)} ms CPU/request in this process` +
+          `POST /send intake (no delivery), ${label}: ${fmt(r.rate)} requests/s (${fmt(n)} in ${fmt(r.elapsedMs / 1000, 2)} s, ${CLIENTS} keep-alive clients), ${cpuText(r.cpu, 'request')}` +
             ` | ×${fmt(r.rate / r.baselineRate, 2)} of Queue.enqueueMany called directly (${fmt(r.baselineRate)} jobs/s, batches of ${CLIENTS})`,
         );
       }
@@ -247,10 +251,10 @@ async function main(): Promise<void> {
     if (MODE === 'e2e' || MODE === 'all') {
       const { runEndToEnd } = await import('./mta-e2e.js');
       for (const [label, bytes, n] of sizes) for (const role of E2E_ROLES) {
-        const r = await runEndToEnd({ databaseUrl: url, dns, sinkPort: port, sinkHost: SINK_HOST, sinkCount: () => sink!.count(), rsaPem, n, bytes, domains: DOMAINS, html: htmlBody, role });
+        const r = await runEndToEnd({ databaseUrl: url, dns, sinkPort: port, sinkHost: SINK_HOST, sinkCount: () => sink!.count(), rsaPem, n, bytes, domains: DOMAINS, html: htmlBody, role, pgDir });
         ours[label][role] = r.rate;
         console.log(
-          `end to end, role ${role}${role === 'all' ? ' (MTA + backend recording every event)' : ' (MTA alone, events to a 204 receiver)'} (POST /send → queue → 10 phases → delivery), ${label}: ${fmt(r.rate)} msg/s accepted at sink, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)} (posting took ${fmt(r.postMs / 1000, 2)} s, ${fmt((n * 1000) / r.postMs)} requests/s)` +
+          `end to end, role ${role}${role === 'all' ? ' (MTA + backend recording every event)' : ' (MTA alone, events to a 204 receiver)'} (POST /send → queue → 10 phases → delivery), ${label}: ${fmt(r.rate)} msg/s accepted at sink, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)} (posting took ${fmt(r.postMs / 1000, 2)} s, ${fmt((n * 1000) / r.postMs)} requests/s), ${cpuText(r.cpu, 'msg')}` +
             ` | ×${fmt(r.rate / source[label], 2)} of smtp-source→smtp-sink, ${fmt(r.rate / rsa, 2)} of the RSA ceiling | goal ${fmt(goals[label])} msg/s: ${r.rate >= goals[label] ? 'met' : 'NOT met'}`,
         );
       }
