@@ -1,6 +1,7 @@
 /**
- * End-to-end mode of `npm run bench:mta` (BENCH_MODE=e2e|all): the product in one process
- * (startLettermill) on the bench's PostgreSQL, DNS and sink, in two forms:
+ * End-to-end mode of `npm run bench:mta` (BENCH_MODE=e2e|all): the product as `npm start`
+ * runs it (a child process, bench/product.ts, NODE_ENV=production) on the bench's
+ * PostgreSQL, DNS and sink, in two forms:
  *   role all: what `npm start` runs — the MTA posts every `sent` event to the backend in the
  *             same process, which records it (feedback pipeline) on the same two cores;
  *   role mta: the MTA alone, its events posted to a loopback receiver that answers 204 at
@@ -11,26 +12,26 @@
  * as an operator would: ISP profiles of the bench domains and the organization's limits; the
  * sending IPs are listed as warm (MTA_WARMED_IPS).
  *
- * The generator is BENCH_CLIENTS (default 32) concurrent clients on keep-alive connections
- * (node:http Agent), each posting its next job as soon as the previous one is answered. It
- * used global fetch before: undici's fetch cost about 0.3 ms of this process's CPU per
- * request, as much as the server's own work, and it shares the event loop with the server.
+ * The generator (this process) is BENCH_CLIENTS (default 32) concurrent clients on keep-alive
+ * connections (node:http Agent), each posting its next job as soon as the previous one is
+ * answered. It shares the two cores with the product, PostgreSQL and the sink, as a client
+ * on the same machine would; its CPU is reported apart.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { Agent, createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startLettermill } from '../src/runtime/boot.js';
 import { cpuMeter } from './cpu.js';
+import { scratchDatabase, startProduct } from './product.js';
 import type { DnsServer } from '../test/harness/dns.js';
 
 export interface EndToEndResult {
   elapsedMs: number;
   postMs: number;
   rate: number;
-  /** CPU ms per message of this process (everything: generator, MTA, backend in role all) and of PostgreSQL. */
-  cpu: { processMs: number; postgresMs: number | null };
+  /** CPU ms per message of the product's process (MTA, and the backend in role all), of PostgreSQL and of the generator (this process, with the role-mta event receiver). */
+  cpu: { processMs: number; processSystemMs: number; postgresMs: number | null; generatorMs: number };
 }
 
 export const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 32);
@@ -41,8 +42,8 @@ export function jsonClient(base: string, key: string, maxSockets = CLIENTS) {
   const url = new URL(base);
   const call = (method: string, path: string, body?: unknown): Promise<{ status: number; text: string }> =>
     new Promise((resolve, reject) => {
-      // A string is an already serialised JSON body.
-      const data = body === undefined ? undefined : Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
+      // A Buffer or string is an already serialised JSON body.
+      const data = body === undefined ? undefined : Buffer.isBuffer(body) ? body : Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
       const req = request(
         { host: url.hostname, port: url.port, method, path, agent, headers: { authorization: `Bearer ${key}`, ...(data ? { 'content-type': 'application/json', 'content-length': data.length } : {}) } },
         (res) => {
@@ -81,15 +82,16 @@ export function benchJob(i: number, o: { tag: string; domains: number; bodies: s
 }
 
 /**
- * `benchJob(i)` serialised, with each body's HTML serialised once up front: the generator
- * shares this process with the server, and a client's JSON.stringify of a 100 KB body is the
- * client's cost, not the MTA's.
+ * `benchJob(i)` serialised as request bytes, with each body's HTML serialised and UTF-8
+ * encoded once up front: a client's JSON.stringify and encoding of a 100 KB body is the
+ * client's cost, not the MTA's, and the generator shares the two cores with the product.
  */
-export function benchJobJson(o: { tag: string; domains: number; bodies: string[] }): (i: number) => string {
-  const html = o.bodies.map((b) => JSON.stringify(b));
+export function benchJobJson(o: { tag: string; domains: number; bodies: string[] }): (i: number) => Buffer {
+  const html = o.bodies.map((b) => Buffer.from(JSON.stringify(b)));
+  const close = Buffer.from('}');
   return (i) => {
     const { html: _, ...rest } = benchJob(i, { ...o, bodies: [''] });
-    return `${JSON.stringify(rest).slice(0, -1)},"html":${html[i % html.length]}}`;
+    return Buffer.concat([Buffer.from(`${JSON.stringify(rest).slice(0, -1)},"html":`), html[i % html.length]!, close]);
   };
 }
 
@@ -125,23 +127,29 @@ export async function runEndToEnd(o: {
   /** The embedded PostgreSQL's data directory, for its CPU time (absent: not measured). */
   pgDir?: string;
 }): Promise<EndToEndResult> {
+  // A database of its own per run (role all leaves every event recorded behind it).
+  const scratch = await scratchDatabase(o.databaseUrl, 'lm_bench_e2e');
+  const databaseUrl = scratch.url;
   const dataDir = mkdtempSync(join(tmpdir(), 'lm-bench-e2e-'));
   // Role mta: the backend's webhook endpoint is the outside world, answering at once.
   const receiver = o.role === 'mta' ? createServer((req, res) => req.resume().on('end', () => res.writeHead(204).end())) : null;
   if (receiver) await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
-  const events = receiver ? { MTA_WEBHOOK_URL: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/webhooks/mta`, MTA_WEBHOOK_SECRET: 'bench-webhook-secret-0123456789' } : {};
-  const running = await startLettermill({
+  const events: Record<string, string> = receiver ? { MTA_WEBHOOK_URL: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/webhooks/mta` } : {};
+  const product = await startProduct({
     role: o.role,
-    announce: () => {},
     env: {
-      NODE_ENV: 'test',
+      NODE_ENV: 'production',
       LOG_LEVEL: 'silent',
       HOST: '127.0.0.1',
       PORT: '0',
       MTA_PORT: '0',
+      BASE_URL: 'https://bench.test',
       DATA_DIR: dataDir,
-      DATABASE_URL: o.databaseUrl,
+      DATABASE_URL: databaseUrl,
       MTA_API_KEY: MTA_KEY,
+      // Production with an external DATABASE_URL requires the shared secrets.
+      ADMIN_TOKEN: 'bench-admin-token-0123456789abcdef',
+      MTA_WEBHOOK_SECRET: 'bench-webhook-secret-0123456789',
       BOUNCE_VERP_KEY: 'bench-verp-key-0123456789abcdef',
       BOUNCE_HOST: 'bounces.sender.bench.test',
       DNS_SERVERS: o.dns.servers,
@@ -153,7 +161,7 @@ export async function runEndToEnd(o: {
       ...events,
     },
   });
-  const client = jsonClient(running.mtaUrl!, MTA_KEY);
+  const client = jsonClient(product.mtaUrl!, MTA_KEY);
   try {
     const call = client.call;
     await call('POST', '/dkim', { domain: 'sender.bench.test', selector: 'bench1', privateKey: o.rsaPem });
@@ -164,6 +172,7 @@ export async function runEndToEnd(o: {
     const bodies = Array.from({ length: 8 }, (_, i) => o.html(o.bytes, i));
     const startCount = o.sinkCount();
     const meter = cpuMeter(o.pgDir);
+    const product0 = product.cpuMs();
     const start = performance.now();
     const tag = `e2e-${o.bytes}-${Date.now()}`;
     await postAll(client, o.n, benchJobJson({ tag, domains: o.domains, bodies }));
@@ -174,12 +183,21 @@ export async function runEndToEnd(o: {
       await new Promise((r) => setTimeout(r, 20));
     }
     const elapsedMs = performance.now() - start;
+    const product1 = product.cpuMs();
+    const productMs = product1.total - product0.total;
+    const productSysMs = product1.system - product0.system;
     const cpu = meter.stop();
-    return { elapsedMs, postMs, rate: (o.n * 1000) / elapsedMs, cpu: { processMs: cpu.processMs / o.n, postgresMs: cpu.postgresMs === null ? null : cpu.postgresMs / o.n } };
+    return {
+      elapsedMs,
+      postMs,
+      rate: (o.n * 1000) / elapsedMs,
+      cpu: { processMs: productMs / o.n, processSystemMs: productSysMs / o.n, postgresMs: cpu.postgresMs === null ? null : cpu.postgresMs / o.n, generatorMs: cpu.processMs / o.n },
+    };
   } finally {
     client.close();
-    await running.stop();
+    await product.stop();
     if (receiver) await new Promise((r) => receiver.close(r));
     rmSync(dataDir, { recursive: true, force: true });
+    await scratch.drop();
   }
 }

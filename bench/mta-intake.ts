@@ -5,22 +5,21 @@
  *   baseline: `Queue.enqueueMany` called directly with the same payloads, batches of
  *             BENCH_CLIENTS jobs, INTAKE_BATCH.maxInFlight statements in flight (what group
  *             commit can at best achieve with that many clients);
- *   intake:   BENCH_CLIENTS keep-alive clients posting to the MTA (startLettermill, role mta,
- *             no delivery engine) until N jobs were answered 202.
+ *   intake:   BENCH_CLIENTS keep-alive clients posting to the MTA (the product as `npm start`
+ *             runs it, bench/product.ts, role mta, no delivery engine) until N jobs were answered 202.
  *
  * Runs in its own database (created and dropped here), so its jobs never reach the e2e run.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
-import { startLettermill } from '../src/runtime/boot.js';
 import { systemClock } from '../src/shared/clock.js';
-import { createPool, withDatabase } from '../src/shared/db/pool.js';
+import { createPool } from '../src/shared/db/pool.js';
 import { migrate } from '../src/shared/db/migrate.js';
 import { INTAKE_BATCH } from '../src/mta/intake.js';
 import { createMtaQueue } from '../src/mta/queue.js';
 import { cpuMeter } from './cpu.js';
+import { scratchDatabase, startProduct } from './product.js';
 import { benchJob, benchJobJson, CLIENTS, jsonClient, postAll } from './mta-e2e.js';
 
 const MTA_KEY = 'lm_mta_bench_0123456789abcdefghijklmnopqrstuvwxyz';
@@ -29,18 +28,8 @@ export interface IntakeResult {
   baselineRate: number;
   rate: number;
   elapsedMs: number;
-  /** CPU ms per request of this process (server and generator) and of PostgreSQL. */
-  cpu: { processMs: number; postgresMs: number | null };
-}
-
-async function admin(url: string, sql: string): Promise<void> {
-  const c = new pg.Client({ connectionString: withDatabase(url, 'postgres') });
-  await c.connect();
-  try {
-    await c.query(sql);
-  } finally {
-    await c.end();
-  }
+  /** CPU ms per request of the product's process, of PostgreSQL and of the generator (this process). */
+  cpu: { processMs: number; processSystemMs: number; postgresMs: number | null; generatorMs: number };
 }
 
 export async function runIntake(o: {
@@ -51,9 +40,8 @@ export async function runIntake(o: {
   html: (bytes: number, seed: number) => string;
   pgDir?: string;
 }): Promise<IntakeResult> {
-  const name = `lm_bench_intake_${process.pid}_${Date.now()}`;
-  await admin(o.databaseUrl, `CREATE DATABASE ${name}`);
-  const url = withDatabase(o.databaseUrl, name);
+  const scratch = await scratchDatabase(o.databaseUrl, 'lm_bench_intake');
+  const url = scratch.url;
   const dataDir = mkdtempSync(join(tmpdir(), 'lm-bench-intake-'));
   const db = createPool(url, { max: 10, applicationName: 'lm-bench-intake' });
   try {
@@ -84,10 +72,8 @@ export async function runIntake(o: {
     const baselineRate = (o.n * 1000) / (performance.now() - t0);
     await db.query("DELETE FROM queue_jobs WHERE queue = 'mta'; DELETE FROM queue_groups WHERE queue = 'mta'");
 
-    const running = await startLettermill({
+    const product = await startProduct({
       role: 'mta',
-      announce: () => {},
-      clock: systemClock,
       env: {
         NODE_ENV: 'test',
         LOG_LEVEL: 'silent',
@@ -101,24 +87,33 @@ export async function runIntake(o: {
         // No DNS_SERVERS: under NODE_ENV=test no delivery engine runs, jobs stay queued.
       },
     });
-    const client = jsonClient(running.mtaUrl!, MTA_KEY);
+    const client = jsonClient(product.mtaUrl!, MTA_KEY);
     try {
       const warm = `intake-warm-${o.bytes}`;
       await postAll(client, Math.min(1000, o.n), benchJobJson({ tag: warm, domains: o.domains, bodies }));
       const run = `intake-${o.bytes}`;
       const meter = cpuMeter(o.pgDir);
+      const product0 = product.cpuMs();
       const t1 = performance.now();
       await postAll(client, o.n, benchJobJson({ tag: run, domains: o.domains, bodies }));
       const elapsedMs = performance.now() - t1;
+      const product1 = product.cpuMs();
+      const productMs = product1.total - product0.total;
+      const productSysMs = product1.system - product0.system;
       const cpu = meter.stop();
-      return { baselineRate, rate: (o.n * 1000) / elapsedMs, elapsedMs, cpu: { processMs: cpu.processMs / o.n, postgresMs: cpu.postgresMs === null ? null : cpu.postgresMs / o.n } };
+      return {
+        baselineRate,
+        rate: (o.n * 1000) / elapsedMs,
+        elapsedMs,
+        cpu: { processMs: productMs / o.n, processSystemMs: productSysMs / o.n, postgresMs: cpu.postgresMs === null ? null : cpu.postgresMs / o.n, generatorMs: cpu.processMs / o.n },
+      };
     } finally {
       client.close();
-      await running.stop();
+      await product.stop();
     }
   } finally {
     await db.end().catch(() => {});
-    await admin(o.databaseUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => {});
+    await scratch.drop();
     rmSync(dataDir, { recursive: true, force: true });
   }
 }

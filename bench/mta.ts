@@ -53,8 +53,8 @@ const ROUTES: DeliveryRoute[] = [
   { pool: 'campaign', bindIp: '127.0.0.3', ehloName: 'mta2.bench.test' },
 ];
 
-const cpuText = (c: { processMs: number; postgresMs: number | null }, per: string) =>
-  `CPU/${per}: ${fmt(c.processMs, 2)} ms this process${c.postgresMs === null ? '' : ` + ${fmt(c.postgresMs, 2)} ms PostgreSQL`}`;
+const cpuText = (c: { processMs: number; processSystemMs: number; postgresMs: number | null; generatorMs: number }, per: string) =>
+  `CPU/${per}: ${fmt(c.processMs, 2)} ms the product's process (${fmt(c.processSystemMs, 2)} of it in the kernel)${c.postgresMs === null ? '' : ` + ${fmt(c.postgresMs, 2)} ms PostgreSQL`} + ${fmt(c.generatorMs, 2)} ms the generator`;
 const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
 
 /** A newsletter-like HTML body of about `bytes` octets: short lines, mostly ASCII, some UTF-8. */

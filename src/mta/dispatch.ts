@@ -82,8 +82,9 @@ export function createDispatcher(d: DispatchDeps): JobHandler<MtaJobPayload> {
     try {
       result = await d.deliverer.deliver(toOutbound(job.payload), { pool: ctx.pool!, bindIp: ctx.ip!.address, ehloName: ctx.ip!.ehloName });
     } catch (err) {
-      // The engine failed, not the recipient: treat as temporary, without touching the destination's state.
-      await releaseAll(ctx, true);
+      // The engine failed, not the recipient: treat as temporary, without touching the destination's
+      // state; nothing was sent, so every reservation (the warming slot too) is given back.
+      await releaseAll(ctx, false);
       d.log.error({ err, jobId: job.id }, 'delivery engine error');
       metrics?.jobs.inc({ outcome: 'error' });
       return { type: 'retry', error: `delivery engine error: ${(err as Error).message}` };
@@ -91,7 +92,9 @@ export function createDispatcher(d: DispatchDeps): JobHandler<MtaJobPayload> {
       stop?.();
     }
 
-    if (result.status === 'deferred') await releaseAll(ctx, true);
+    // A remote deferral was an attempt at the destination and keeps its warming slot; a local one
+    // (our side failed before any server answered) sent nothing and gives every reservation back.
+    if (result.status === 'deferred') await releaseAll(ctx, !result.local);
     await applyEffects(d.effects, ctx, result, job.attempts, d.clock.now());
 
     if (result.status !== 'deferred') {

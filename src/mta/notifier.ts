@@ -2,6 +2,7 @@ import { toIso, unixSeconds, type Clock } from '../shared/clock.js';
 import type { Config } from '../shared/config.js';
 import { hmacSha256Hex, newId } from '../shared/crypto.js';
 import type { Logger } from '../shared/log.js';
+import { PeerClient, type PeerError } from '../shared/net/peer.js';
 import type { Queue } from '../shared/queue/queue.js';
 import type { Job, JobOutcome, QueueOptions } from '../shared/queue/types.js';
 import { Worker } from '../shared/queue/worker.js';
@@ -41,6 +42,7 @@ export class Notifier implements MtaEvents {
   private readonly inFlight = new Set<Promise<void>>();
   private worker: Worker<EventJob> | null = null;
   private warnedUnconfigured = false;
+  private readonly http = new PeerClient();
 
   constructor(
     private readonly config: Pick<Config, 'MTA_WEBHOOK_URL' | 'MTA_WEBHOOK_SECRET'>,
@@ -88,27 +90,20 @@ export class Notifier implements MtaEvents {
     const text = JSON.stringify(body);
     const ts = String(unixSeconds(this.clock.now()));
     try {
-      const res = await fetch(`${url}`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          'user-agent': `Lettermill-MTA/${VERSION}`,
-          'x-mta-timestamp': ts,
-          'x-mta-signature': hmacSha256Hex(secret, `${ts}.${text}`),
-        },
-        body: text,
-        signal: AbortSignal.timeout(POST_TIMEOUT_MS),
-        redirect: 'manual',
-      });
-      await res.arrayBuffer().catch(() => {});
+      const res = await this.http.postJson(
+        url,
+        text,
+        { 'user-agent': `Lettermill-MTA/${VERSION}`, 'x-mta-timestamp': ts, 'x-mta-signature': hmacSha256Hex(secret, `${ts}.${text}`) },
+        POST_TIMEOUT_MS,
+      );
       if (res.status >= 200 && res.status < 300) {
         this.metrics?.webhookEvents.inc({ event: body.event, outcome: 'delivered' });
         return null;
       }
       return `HTTP ${res.status}`;
     } catch (err) {
-      const e = err as Error & { cause?: { code?: string } };
-      return e.name === 'TimeoutError' ? `timeout after ${POST_TIMEOUT_MS} ms` : `${e.message}${e.cause?.code ? ` (${e.cause.code})` : ''}`;
+      const e = err as PeerError;
+      return `${e.message}${e.code && !e.message.includes(e.code) ? ` (${e.code})` : ''}`;
     }
   }
 
@@ -164,5 +159,6 @@ export class Notifier implements MtaEvents {
   async stop(): Promise<void> {
     await Promise.allSettled([...this.inFlight]);
     await this.worker?.stop();
+    this.http.close();
   }
 }

@@ -21,6 +21,45 @@ describe('accepting a job', () => {
     expect(stored!.payload).toMatchObject({ recipient: 'someone@example.org', domain: 'example.org', html: '<p>Hello</p>', dkimDomain: 'sender.example' });
   });
 
+  it('stores exactly the validated payload when the body is kept as sent (spacing, escapes, key order, normalised fields)', async () => {
+    // The queue stores the request's JSON text with the normalised fields appended (storedJson):
+    // the stored job must parse to the same object the route validated, whatever the text looked like.
+    const raw = `  {"engagementScore": 1e400, "html":"<p>caf\\u00e9 \\"q\\" \\ud83d\\ude00</p>\\n",
+      "to" : "  Mixed.Case@Example.ORG ", "from":"News <news@sender.example>", "subject":"S\\u00fcbject",
+      "ipPool":"campaign","organizationId":"org-1","dkimDomain":" SENDER.Example ","messageId":"raw-1",
+      "headers":{"X-Tag":"a\\u0009b"},"campaignId":null,"text":"plain"}\n\n`;
+    const res = await fetch(`${t.url}/send`, { method: 'POST', headers: { authorization: `Bearer ${MASTER}`, 'content-type': 'application/json; charset=utf-8' }, body: raw });
+    expect(res.status).toBe(202);
+    const stored = await job(((await res.json()) as any).data.jobId);
+    expect(stored!.payload).toEqual({
+      messageId: 'raw-1',
+      to: 'Mixed.Case@Example.ORG',
+      from: 'News <news@sender.example>',
+      subject: 'Sübject',
+      html: '<p>café "q" 😀</p>\n',
+      text: 'plain',
+      headers: { 'X-Tag': 'a\tb' },
+      ipPool: 'campaign',
+      organizationId: 'org-1',
+      dkimDomain: 'sender.example',
+      campaignId: null,
+      engagementScore: null,
+      recipient: 'mixed.case@example.org',
+      domain: 'example.org',
+      band: 'default',
+      acceptedAt: expect.any(Number),
+    });
+    expect(stored!.groupKey).toBe('campaign:example.org');
+    // The body's own text was stored (not serialised again): its 1e400 is still there, overridden by the appended null.
+    const text = await t.db.pool.query<{ payload: string }>('SELECT payload FROM queue_jobs WHERE id = $1', [stored!.id]);
+    expect(text.rows[0]!.payload).toContain('"engagementScore": 1e400');
+    // Other routes keep Fastify's own JSON handling: bad JSON is still the envelope's 400.
+    const bad = await fetch(`${t.url}/send`, { method: 'POST', headers: { authorization: `Bearer ${MASTER}`, 'content-type': 'application/json' }, body: '{"messageId":' });
+    expect(bad.status).toBe(400);
+    const poisoned = await fetch(`${t.url}/send`, { method: 'POST', headers: { authorization: `Bearer ${MASTER}`, 'content-type': 'application/json' }, body: '{"__proto__":{"x":1}}' });
+    expect(poisoned.status).toBe(400);
+  });
+
   it('groups by <ipPool>:<recipientDomain>', async () => {
     const r = await t.call('POST', '/send', emailJob({ ipPool: 'campaign', to: 'a@Gmail.com' }));
     expect((await job(r.body.data.jobId))!.groupKey).toBe('campaign:gmail.com');
@@ -34,6 +73,14 @@ describe('accepting a job', () => {
     expect(b.body.data.jobId).toBe(a.body.data.jobId);
     const c = await t.call('POST', '/send', { ...body, organizationId: 'org-2' });
     expect(c.body.data.jobId).not.toBe(a.body.data.jobId);
+  });
+
+  it('organization ids and message ids containing ":" never make two different jobs one', async () => {
+    const x = await t.call('POST', '/send', emailJob({ organizationId: 'org:a', messageId: 'm' }));
+    const y = await t.call('POST', '/send', emailJob({ organizationId: 'org', messageId: 'a:m' }));
+    expect([x.status, y.status]).toEqual([202, 202]);
+    expect(y.body.data.jobId).not.toBe(x.body.data.jobId);
+    expect((await job(y.body.data.jobId))!.payload).toMatchObject({ organizationId: 'org', messageId: 'a:m' });
   });
 
   it('concurrent requests (group commit) each get their own stored job; concurrent repeats get the first one', async () => {

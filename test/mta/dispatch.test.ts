@@ -137,7 +137,10 @@ describe('delivery results', () => {
     await st.backoff.recordFailure(domain);
     for (let i = 0; i < 19; i++) await st.intel.record(domain, 'temp');
     t.deliverer.answer({ status: 'deferred', response: 'no DKIM key for sender.example: every message must be signed', connectionFailure: false, local: true, reason: 'mailererror' });
+    const warmedBefore = (await st.warming.view('127.0.0.2')).sentToday;
     const { outcome, job, body } = await sendAndRun({ organizationId: org, to: `x@${domain}` });
+    // Nothing was sent: the IP's warming slot is given back.
+    expect((await st.warming.view('127.0.0.2')).sentToday).toBe(warmedBefore);
 
     expect(outcome).toEqual({ type: 'retry', error: 'temporary: no DKIM key for sender.example: every message must be signed' });
     expect(job).toMatchObject({ state: 'pending', attempts: 1 });

@@ -96,8 +96,8 @@ describe('group commit', () => {
   it('a value PostgreSQL refuses fails only its own request; the rest of the batch is stored', async () => {
     const gc = new GroupCommit(counted, opts());
     const good = [job(), job()];
-    // jsonb cannot hold U+0000: the database rejects the whole multi-row statement.
-    const bad = job({ payload: { n: 0, note: 'nul \u0000 here' } });
+    // A text column cannot hold U+0000 (22021): the database rejects the whole multi-row statement.
+    const bad = job({ dedupeKey: `org-1:nul \u0000 here` });
     const results = await Promise.allSettled([gc.enqueue(good[0]!, 1), gc.enqueue(bad, 1), gc.enqueue(good[1]!, 1)]);
     expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
     expect(((results[1] as PromiseRejectedResult).reason as { code: string }).code).toMatch(/^22/);

@@ -265,6 +265,36 @@ describe('queue: groups under concurrent claimers', () => {
     expect(second.map((j) => j.payload.n)).toEqual([2]);
     await checkInvariants(q);
   });
+
+  it('payloads of one batch keep their exact content: multi-byte text, escapes, NUL, large and empty values', async () => {
+    const clock = new ManualClock();
+    const q = makeQueue<unknown>(clock);
+    // Byte offsets into one binary parameter: a character-based cut would shift every payload after a multi-byte one.
+    const payloads: unknown[] = [
+      { s: 'Grüße € 😀 日本語', n: 1 },
+      { s: 'quote " backslash \\ newline \n tab \t nul \u0000 end' },
+      { big: 'é'.repeat(60_000) + 'x'.repeat(70_000), list: [1, 2.5, null, true, { deep: ['😀'] }] },
+      {},
+      'just a string',
+      [null],
+      { s: '\u2028\u2029 separators and a lone escape \\u0000' },
+    ];
+    const ids = await q.enqueueMany(payloads.map((payload, i) => ({ groupKey: `p${i}`, payload })));
+    expect(ids).toHaveLength(payloads.length);
+    const claimed = await q.claim('w', 100);
+    const byId = new Map(claimed.map((j) => [j.id, j.payload]));
+    ids.forEach((id, i) => expect(byId.get(id)).toEqual(payloads[i]));
+    // The single-row path returns the stored row as well.
+    const one = await q.enqueue({ groupKey: 'solo', payload: payloads[0] });
+    expect(one.payload).toEqual(payloads[0]);
+    expect((await q.get(one.id))!.payload).toEqual(payloads[0]);
+    // Stored as text (migration 005): lz4 where the server has it, else out of line uncompressed (never pglz).
+    const col = await db.pool.query(
+      `SELECT a.atttypid::regtype::text AS type, a.attstorage AS storage, a.attcompression AS compression
+         FROM pg_attribute a WHERE a.attrelid = 'queue_jobs'::regclass AND a.attname = 'payload'`,
+    );
+    expect([{ type: 'text', storage: 'x', compression: 'l' }, { type: 'text', storage: 'e', compression: '' }]).toContainEqual(col.rows[0]);
+  });
 });
 
 describe('queue: ordering', () => {

@@ -41,19 +41,32 @@ const iso = (ms: number) => new Date(ms).toISOString();
 
 /** Applies a batch in one transaction; customer events are emitted after it commits. */
 export async function applyFeedback(deps: PipelineDeps, events: FeedbackEvent[]): Promise<ApplyResult> {
-  if (events.length === 0) return { applied: 0, duplicates: 0 };
+  return (await applyFeedbackGroups(deps, [events]))[0]!;
+}
+
+/**
+ * Applies several requests' batches in ONE transaction (group commit of the MTA event
+ * webhook, routes.ts) and returns each batch's own counts; customer events are emitted after
+ * the commit.
+ */
+export async function applyFeedbackGroups(deps: PipelineDeps, groups: FeedbackEvent[][]): Promise<ApplyResult[]> {
+  if (groups.every((g) => g.length === 0)) return groups.map(() => ({ applied: 0, duplicates: 0 }));
   let pending: Pending;
-  let result: ApplyResult;
+  let results: ApplyResult[];
   for (let attempt = 1; ; attempt++) {
     pending = { emit: [], log: [] };
     try {
-      result = await tx(deps.db, async (c) => {
-        const r: ApplyResult = { applied: 0, duplicates: 0 };
-        for (const ev of events) {
-          if (await applyOne(c, deps, ev, pending)) r.applied++;
-          else r.duplicates++;
+      results = await tx(deps.db, async (c) => {
+        const out: ApplyResult[] = [];
+        for (const events of groups) {
+          const r: ApplyResult = { applied: 0, duplicates: 0 };
+          for (const ev of events) {
+            if (await applyOne(c, deps, ev, pending)) r.applied++;
+            else r.duplicates++;
+          }
+          out.push(r);
         }
-        return r;
+        return out;
       });
       break;
     } catch (err) {
@@ -65,18 +78,19 @@ export async function applyFeedback(deps: PipelineDeps, events: FeedbackEvent[])
   }
   for (const l of pending.log) l();
   for (const e of pending.emit) await deps.events.emit(e.name, e.data);
-  return result;
+  return results;
 }
 
 async function applyOne(c: DbClient, deps: PipelineDeps, ev: FeedbackEvent, pending: Pending): Promise<boolean> {
   const now = deps.clock.now();
   const id = newId('fbe', now);
   const lifecycle = ev.kind === 'lifecycle' ? ev : null;
-  const inserted = await c.query(
-    `INSERT INTO feedback_events (id, source, provider_event_id, kind, type, recipient, provider_message_id, send_id, detail, occurred_at, received_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-     ON CONFLICT (source, provider_event_id) DO NOTHING RETURNING id`,
-    [
+  const inserted = await c.query({
+    name: 'lm_fb_event_insert',
+    text: `INSERT INTO feedback_events (id, source, provider_event_id, kind, type, recipient, provider_message_id, send_id, detail, occurred_at, received_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+           ON CONFLICT (source, provider_event_id) DO NOTHING RETURNING id`,
+    values: [
       id,
       ev.source,
       ev.eventId,
@@ -89,7 +103,7 @@ async function applyOne(c: DbClient, deps: PipelineDeps, ev: FeedbackEvent, pend
       iso(ev.occurredAt),
       iso(now),
     ],
-  );
+  });
   if (inserted.rowCount === 0) return false;
   if (ev.kind === 'lifecycle') await applyLifecycle(c, deps, ev, id, pending);
   else if (ev.kind === 'inbound') await applyInbound(c, deps, ev, pending);
@@ -110,7 +124,7 @@ async function applyLifecycle(c: DbClient, deps: PipelineDeps, ev: LifecycleEven
   let moved = false;
   if (send) {
     moved = await moveSendStatus(c, send, ev.status, now);
-    await c.query('UPDATE feedback_events SET send_id = $2 WHERE id = $1', [feedbackId, send.id]);
+    await c.query({ name: 'lm_fb_event_send', text: 'UPDATE feedback_events SET send_id = $2 WHERE id = $1', values: [feedbackId, send.id] });
   }
   const recipient = ev.recipient ?? send?.to ?? null;
   if (!recipient) return;

@@ -10,8 +10,9 @@ import type { Config } from '../../shared/config.js';
 import { AppError, badInput, forbidden, unauthenticated, unavailable } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
 import type { Logger } from '../../shared/log.js';
-import { FeedbackFormatError, type Translation } from './lifecycle.js';
-import { applyFeedback, type PipelineDeps } from './pipeline.js';
+import { FeedbackFormatError, type FeedbackEvent, type Translation } from './lifecycle.js';
+import { Batcher } from '../../shared/batch.js';
+import { applyFeedback, applyFeedbackGroups, type ApplyResult, type PipelineDeps } from './pipeline.js';
 import { mandrillBatchTime, parseMandrillEvents, translateMandrill } from './translate/mandrill.js';
 import { translateMta } from './translate/mta.js';
 import { translateRelay } from './translate/relay.js';
@@ -34,6 +35,9 @@ import {
 import { svixKey, verifySvix } from './verify/svix.js';
 
 /** Body limits per route: MTA events carry inbound messages; Mandrill batches up to 1000 events. */
+/** Group commit of MTA events: transactions in flight, events and bytes per transaction. */
+const MTA_EVENT_BATCH = { maxInFlight: 2, maxItems: 200, maxBytes: 4 * 1024 * 1024 };
+
 export const BODY_LIMITS = {
   mta: 10 * 1024 * 1024,
   ses: 512 * 1024,
@@ -99,6 +103,11 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
     if (t.ignored !== undefined) return reply.code(200).send(IGNORED);
     return reply.code(200).send(ok(await applyFeedback(deps, t.events)));
   };
+  // The MTA posts one event per delivered message: concurrent posts share one transaction
+  // (group commit); each is answered after it committed. A failed batch is retried request
+  // by request, so one bad event does not fail the others.
+  const mtaBatch = new Batcher<FeedbackEvent[], ApplyResult>((groups) => applyFeedbackGroups(deps, groups), MTA_EVENT_BATCH, () => true);
+  app.addHook('onClose', async () => mtaBatch.drain());
 
   app.register(async (scope) => {
     scope.removeAllContentTypeParsers();
@@ -114,7 +123,9 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
       const body = raw(req);
       const now = clock.now();
       verifyTimestampedHmac(MTA_SCHEME, { secret: config.MTA_WEBHOOK_SECRET!, body, headers: req.headers, nowMs: now });
-      return apply(translateMta(body, now), reply);
+      const t = translateMta(body, now);
+      if (t.ignored !== undefined) return reply.code(200).send(IGNORED);
+      return reply.code(200).send(ok(await mtaBatch.submit(t.events, body.length)));
     });
 
     scope.post('/webhooks/relay', { bodyLimit: BODY_LIMITS.relay, onRequest: requireSecret('RELAY_WEBHOOK_SECRET') }, async (req, reply) => {

@@ -31,18 +31,21 @@ function toRef(r: any): SendRef {
  * Locked for the update.
  */
 export async function findSend(c: DbClient, ev: LifecycleEvent): Promise<SendRef | null> {
-  const byId = async (id: string) => (await c.query(`SELECT ${SEND_COLUMNS} FROM email_sends WHERE id = $1 FOR UPDATE`, [id])).rows[0];
+  // Named (prepared once per connection): one event per delivered message runs these.
+  const byId = async (id: string) =>
+    (await c.query({ name: 'lm_fb_send_by_id', text: `SELECT ${SEND_COLUMNS} FROM email_sends WHERE id = $1 FOR UPDATE`, values: [id] })).rows[0];
   if (ev.sendId) {
     const row = await byId(ev.sendId);
     if (row) return toRef(row);
   }
   if (ev.providerMessageId) {
-    const r = await c.query(
-      `SELECT ${SEND_COLUMNS} FROM email_sends
-        WHERE provider_message_id = $1 AND ($2::text IS NULL OR lower(to_email) = $2)
-        ORDER BY id LIMIT 1 FOR UPDATE`,
-      [ev.providerMessageId, ev.recipient],
-    );
+    const r = await c.query({
+      name: 'lm_fb_send_by_provider_id',
+      text: `SELECT ${SEND_COLUMNS} FROM email_sends
+              WHERE provider_message_id = $1 AND ($2::text IS NULL OR lower(to_email) = $2)
+              ORDER BY id LIMIT 1 FOR UPDATE`,
+      values: [ev.providerMessageId, ev.recipient],
+    });
     if (r.rows[0]) return toRef(r.rows[0]);
     const row = await byId(ev.providerMessageId);
     if (row && (ev.recipient === null || row.to_email.toLowerCase() === ev.recipient)) return toRef(row);
@@ -57,12 +60,12 @@ export async function findSend(c: DbClient, ev: LifecycleEvent): Promise<SendRef
 export async function moveSendStatus(c: DbClient, send: SendRef, status: LifecycleStatus, nowMs: number): Promise<boolean> {
   const current = STATUS_RANK[send.status as LifecycleStatus] ?? 0;
   if (send.status === status || STATUS_RANK[status] < current) return false;
-  await c.query(`UPDATE email_sends SET status = $2, updated_at = $3 WHERE id = $1`, [send.id, status, new Date(nowMs).toISOString()]);
+  await c.query({ name: 'lm_fb_send_status', text: `UPDATE email_sends SET status = $2, updated_at = $3 WHERE id = $1`, values: [send.id, status, new Date(nowMs).toISOString()] });
   send.status = status;
   return true;
 }
 
 export async function findContactId(c: DbClient, email: string): Promise<string | null> {
-  const r = await c.query<{ id: string }>(`SELECT id FROM contacts WHERE lower(email) = $1 LIMIT 1`, [email]);
+  const r = await c.query<{ id: string }>({ name: 'lm_fb_contact_by_email', text: `SELECT id FROM contacts WHERE lower(email) = $1 LIMIT 1`, values: [email] });
   return r.rows[0]?.id ?? null;
 }

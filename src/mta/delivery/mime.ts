@@ -136,8 +136,14 @@ export interface BuildOptions {
 }
 
 export interface BuiltMessage {
-  /** The message as it goes on the wire before dot-stuffing (CRLF line endings). */
-  raw: Buffer;
+  /**
+   * The message as it goes on the wire before dot-stuffing (CRLF line endings), as a latin1
+   * string: one char per octet. Signing and dot-stuffing work on this one string, so a 100 KB
+   * message is not copied between Buffer and string at every step.
+   */
+  wire: string;
+  /** `wire` as bytes. */
+  readonly raw: Buffer;
   from: ParsedAddress;
   to: ParsedAddress;
   /** Uses 8bit parts: MAIL FROM must say BODY=8BITMIME. */
@@ -214,15 +220,23 @@ export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMes
     head += only.headers;
     body = only.body;
   }
-  const raw = Buffer.from(`${head}\r\n${body}`, 'latin1');
-  // Subject/From were encoded to ASCII above; only 8bit bodies carry raw UTF-8 (as latin1 bytes).
-  return { raw: fixHeaderUtf8(raw, head), from, to, eightBit: usedEightBit, smtpUtf8: from.utf8 || to.utf8 || !!replyTo?.utf8, droppedHeaders: dropped };
+  // Subject/From were encoded to ASCII above; only 8bit bodies carry raw UTF-8 (already as latin1 chars).
+  const wire = `${headerOctets(head)}\r\n${body}`;
+  return {
+    wire,
+    get raw() {
+      return Buffer.from(wire, 'latin1');
+    },
+    from,
+    to,
+    eightBit: usedEightBit,
+    smtpUtf8: from.utf8 || to.utf8 || !!replyTo?.utf8,
+    droppedHeaders: dropped,
+  };
 }
 
-/** Headers may hold raw UTF-8 only in non-ASCII local parts (SMTPUTF8); re-encode the header block as UTF-8. */
-function fixHeaderUtf8(raw: Buffer, head: string): Buffer {
+/** Headers may hold raw UTF-8 only in non-ASCII local parts (SMTPUTF8): their octets, as latin1 chars. */
+function headerOctets(head: string): string {
   // eslint-disable-next-line no-control-regex
-  if (!/[^\x00-\x7f]/.test(head)) return raw;
-  const headBytes = Buffer.from(head, 'utf8');
-  return Buffer.concat([headBytes, raw.subarray(Buffer.byteLength(head, 'latin1'))]);
+  return /[^\x00-\x7f]/.test(head) ? Buffer.from(head, 'utf8').toString('latin1') : head;
 }

@@ -80,9 +80,12 @@ function onlyCrlf(s: string): boolean {
   return true;
 }
 
-/** Dot-stuffs a message (RFC 5321 §4.5.2) and appends the terminating `.` line. */
-export function dataBlock(raw: Buffer): Buffer {
-  let s = raw.toString('latin1');
+/**
+ * Dot-stuffs a message (RFC 5321 §4.5.2) and appends the terminating `.` line. A string is
+ * the wire form read as latin1 (one char per octet), as the deliverer builds it.
+ */
+export function dataBlock(raw: Buffer | string): Buffer {
+  let s = typeof raw === 'string' ? raw : raw.toString('latin1');
   // Every line break must be CRLF: a lone CR or LF is a smuggling vector (CVE-2023-51764).
   if (!onlyCrlf(s)) s = s.replace(/\r\n|\r|\n/g, '\r\n');
   if (s.charCodeAt(0) === 0x2e) s = `.${s}`;
@@ -323,7 +326,7 @@ export class SmtpSession {
    * SmtpError (a reply to MAIL/RCPT/DATA carries it in `response`). With PIPELINING the
    * pending RSET, MAIL, RCPT and DATA leave in one write.
    */
-  async send(envelope: { from: string; to: string; size: number; eightBit: boolean; smtpUtf8?: boolean }, raw: Buffer, now: number): Promise<string> {
+  async send(envelope: { from: string; to: string; size: number; eightBit: boolean; smtpUtf8?: boolean }, raw: Buffer | string, now: number): Promise<string> {
     this.lastUsed = now;
     this.messages++;
     if (this.failure) throw this.failure;

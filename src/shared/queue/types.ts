@@ -22,6 +22,11 @@ export interface QueueOptions {
 export interface EnqueueInput<P> {
   groupKey: string;
   payload: P;
+  /**
+   * `payload` already serialised as JSON (it must parse to `payload`): stored as it is, which
+   * spares serialising a large payload the caller received as JSON text (POST /send).
+   */
+  payloadJson?: string;
   /** Lower runs first within a group. Default 0. */
   priority?: number;
   /** Epoch ms; default now. */

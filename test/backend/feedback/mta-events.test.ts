@@ -74,6 +74,22 @@ describe('MTA lifecycle events', () => {
     expect(app.emitted).toHaveLength(1);
   });
 
+  it('concurrent events share transactions (group commit), and each request is answered with its own counts', async () => {
+    const sends = await Promise.all(Array.from({ length: 12 }, (_, i) => createSend(db, { to: `gc${i}@example.test`, providerMessageId: `mta-m-gc-${i}` })));
+    app.emitted.length = 0;
+    const data = (i: number) => ({ messageId: `mta-m-gc-${i}`, to: `gc${i}@example.test`, domain: 'example.test', smtpCode: 250, smtpResponse: '250 ok', attempt: 1 });
+    // Twelve different events plus two repeats of event 0 (the MTA's retry racing the original), all at once.
+    const answers = await Promise.all([...sends.map((_, i) => mta('sent', data(i), `evt-gc-${i}`)), mta('sent', data(0), 'evt-gc-0'), mta('sent', data(0), 'evt-gc-0')]);
+    expect(answers.map((a) => a.status)).toEqual(Array(14).fill(200));
+    for (const a of answers.slice(1, 12)) expect(a.body).toEqual({ success: true, applied: 1, duplicates: 0 });
+    // Event 0 was applied exactly once, whichever of its three requests came first.
+    const zero = [answers[0]!, answers[12]!, answers[13]!].map((a) => a.body);
+    expect(zero.filter((b) => b.applied === 1)).toHaveLength(1);
+    expect(zero.filter((b) => b.duplicates === 1)).toHaveLength(2);
+    for (const send of sends) expect(await sendStatus(db, send)).toBe('delivered');
+    expect(app.emitted.filter((e) => e.name === 'email.delivered')).toHaveLength(12);
+  });
+
   it('bounced (hard) blocklists with the reason, updates the send and activity; soft does not blocklist', async () => {
     const hard = await createSend(db, { to: 'gone@example.test', providerMessageId: 'mta-m-hard' });
     const soft = await createSend(db, { to: 'busy@example.test', providerMessageId: 'mta-m-soft' });

@@ -1,6 +1,10 @@
 /** EMAIL_PROVIDER=mta: POST {MTA_URL}/send with the email job of mta.md. */
 import type { EmailProvider, OutboundMessage, ProviderResult } from './types.js';
 import { ProviderError } from './types.js';
+import { PeerClient, type PeerResponse } from '../../../shared/net/peer.js';
+
+/** Keep-alive sockets to the MTA, shared by every provider instance of this process. */
+const peer = new PeerClient();
 
 export class MtaProvider implements EmailProvider {
   readonly name = 'mta';
@@ -23,18 +27,13 @@ export class MtaProvider implements EmailProvider {
       dkimDomain: m.dkimDomain,
       ...(m.campaignId ? { campaignId: m.campaignId } : {}),
     };
-    let res: Response;
+    let res: PeerResponse;
     try {
-      res = await fetch(`${this.o.url}/send`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${this.o.apiKey()}` },
-        body: JSON.stringify(job),
-        signal: AbortSignal.timeout(this.o.timeoutMs),
-      });
+      res = await peer.postJson(`${this.o.url}/send`, JSON.stringify(job), { authorization: `Bearer ${this.o.apiKey()}` }, this.o.timeoutMs);
     } catch (err) {
       throw new ProviderError(`The MTA at ${this.o.url} could not be reached: ${(err as Error).message}`, true);
     }
-    const text = await res.text().catch(() => '');
+    const text = res.text;
     let body: any = null;
     try {
       body = text ? JSON.parse(text) : null;

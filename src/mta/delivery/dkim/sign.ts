@@ -69,12 +69,13 @@ function foldBase64(value: string, first: number): string {
 }
 
 /**
- * Signs `message` (full wire form, CRLF line endings) with every key given and returns the
- * DKIM-Signature header fields to prepend (each ending in CRLF). `timestamp` is Unix seconds.
+ * Signs `message` (full wire form, CRLF line endings; a string is that form read as latin1)
+ * with every key given and returns the DKIM-Signature header fields to prepend (each ending in
+ * CRLF). `timestamp` is Unix seconds.
  */
-export async function dkimSign(message: Buffer, keys: ParsedDkimKey[], timestamp: number): Promise<string> {
+export async function dkimSign(message: Buffer | string, keys: ParsedDkimKey[], timestamp: number): Promise<string> {
   if (keys.length === 0) return '';
-  const text = message.toString('latin1');
+  const text = typeof message === 'string' ? message : message.toString('latin1');
   const split = text.indexOf('\r\n\r\n');
   const headerBlock = split < 0 ? text : text.slice(0, split + 2);
   const body = split < 0 ? '' : text.slice(split + 4);
