@@ -7,8 +7,9 @@
  *       embedded PostgreSQL, pooled SMTP bound to 127.0.0.2/127.0.0.3) to Debian's smtp-sink,
  *       over BENCH_DOMAINS recipient domains each with its own MX host name;
  *   (3) BENCH_MODE=e2e (or all): the full chain — POST /send → queue → ten phases → delivery —
- *       through startLettermill with the same DNS, sink and key, as role all (the backend
- *       records every event in the same process) and role mta (the MTA alone); BENCH_MODE=intake
+ *       through the product as `npm start` runs it (a child process, bench/product.ts) with the
+ *       same DNS, sink and key, as role all (the backend records every event in the same
+ *       process) and role mta (the MTA alone), each in a database of its own; BENCH_MODE=intake
  *       (or all): POST /send alone (no delivery) against the queue's direct multi-row enqueue;
  *   (4) BENCH_POSTFIX=1: a throwaway Postfix instance as relay to the same sink, fed by
  *       smtp-source (no DKIM: Postfix does not sign), as the "real MTA" reference.
@@ -19,7 +20,9 @@
  * BENCH_N_100K (6000), BENCH_DOMAINS (50), BENCH_CONCURRENCY (150), BENCH_CLIENTS (32, the
  * /send generator's keep-alive clients), BENCH_E2E_ROLES (all,mta), BENCH_WORKER_CONCURRENCY
  * (unset: the product's WORKER_CONCURRENCY default), BENCH_POSTFIX (0|1; default 1 when root),
- * DATABASE_URL (default: an embedded PostgreSQL in a temp dir).
+ * DATABASE_URL (default: an embedded PostgreSQL in a temp dir), BENCH_PROFILE_DIR (a V8 CPU
+ * profile of the product), BENCH_PRODUCT_NODE_OPTIONS (extra node flags for the product, e.g.
+ * --perf-basic-prof for `perf record -p`). Runs under the same node flags as `npm start`.
  */
 import { execFile } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
