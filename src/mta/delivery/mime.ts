@@ -111,11 +111,14 @@ function encodePart(content: string, eightBit: boolean): EncodedPart {
   // One UTF-8 byte per character means pure ASCII (a native length count, no regex scan).
   const ascii = Buffer.byteLength(content, 'utf8') === content.length;
   const normalized = content.includes('\r') ? content.replace(CRLF_NORMALIZE, '\r\n') : content.replaceAll('\n', '\r\n');
-  const longest = ascii ? maxLineLength(normalized) : Buffer.byteLength(normalized) > 998 ? maxLineLength(Buffer.from(normalized).toString('latin1')) : 0;
+  // Non-ASCII text as its UTF-8 octets (one latin1 char each), computed once: line lengths are
+  // counted in octets and the 8bit body is exactly these octets.
+  const octets = ascii ? normalized : Buffer.from(normalized, 'utf8').toString('latin1');
+  const longest = octets.length > 998 ? maxLineLength(octets) : 0;
   const hasNul = normalized.includes('\x00');
   if (longest <= 998 && !hasNul) {
     if (ascii) return { cte: '7bit', body: normalized };
-    if (eightBit) return { cte: '8bit', body: Buffer.from(normalized, 'utf8').toString('latin1') };
+    if (eightBit) return { cte: '8bit', body: octets };
   }
   const buf = Buffer.from(content, 'utf8');
   if (buf.length <= QP_MAX_BYTES) return { cte: 'quoted-printable', body: qp.wrap(qp.encode(buf), 76).replace(CRLF_NORMALIZE, '\r\n') };
