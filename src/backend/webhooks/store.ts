@@ -3,6 +3,7 @@ import type { Clock } from '../../shared/clock.js';
 import { toIso } from '../../shared/clock.js';
 import { newId } from '../../shared/crypto.js';
 import { tx, type Db, type DbClient } from '../../shared/db/pool.js';
+import { retryOnConflict } from '../../shared/db/retry.js';
 import type { WebhookEventName } from './catalog.js';
 import { WEBHOOK_CHANGES_CHANNEL } from './policy.js';
 
@@ -161,11 +162,14 @@ export class WebhookStore {
 
   /** Deletes the endpoint with its deliveries and their log. */
   async delete(id: string): Promise<boolean> {
-    const res = await this.db.query(`WITH d AS (DELETE FROM webhooks WHERE id = $1 RETURNING id) SELECT pg_notify($2, $3 || ' ' || d.id) FROM d`, [
-      id,
-      WEBHOOK_CHANGES_CHANNEL,
-      this.notifyTag,
-    ]);
+    // The cascade to deliveries can deadlock with a delivery worker updating them: retried.
+    const res = await retryOnConflict(() =>
+      this.db.query(`WITH d AS (DELETE FROM webhooks WHERE id = $1 RETURNING id) SELECT pg_notify($2, $3 || ' ' || d.id) FROM d`, [
+        id,
+        WEBHOOK_CHANGES_CHANNEL,
+        this.notifyTag,
+      ]),
+    );
     return res.rowCount === 1;
   }
 

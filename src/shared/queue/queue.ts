@@ -18,6 +18,7 @@
  */
 import type pg from 'pg';
 import { systemClock, toIso, type Clock } from '../clock.js';
+import { retryOnConflict } from '../db/retry.js';
 import type {
   AttemptRecord,
   EnqueueInput,
@@ -107,19 +108,6 @@ function toJob<P>(r: JobRow): Job<P> {
     lastError: r.last_error,
     history: r.history,
   };
-}
-
-/** Deadlocks are prevented by lock ordering; this is the backstop (the whole call rolled back). */
-async function retryOnConflict<T>(fn: () => Promise<T>, tries = 4): Promise<T> {
-  for (let i = 1; ; i++) {
-    try {
-      return await fn();
-    } catch (err) {
-      const code = (err as { code?: string }).code;
-      if (i >= tries || (code !== '40P01' && code !== '40001')) throw err;
-      await new Promise((r) => setTimeout(r, 5 * i + Math.random() * 20));
-    }
-  }
 }
 
 function escapeLike(s: string): string {
