@@ -22,8 +22,7 @@ import { Agent, createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { cpuMeter } from './cpu.js';
-import { scratchDatabase, startProduct } from './product.js';
+import { productCpuMeter, scratchDatabase, startProduct, type CpuPerUnit } from './product.js';
 import type { DnsServer } from '../test/harness/dns.js';
 
 export interface EndToEndResult {
@@ -31,7 +30,7 @@ export interface EndToEndResult {
   postMs: number;
   rate: number;
   /** CPU ms per message of the product's process (MTA, and the backend in role all), of PostgreSQL and of the generator (this process, with the role-mta event receiver). */
-  cpu: { processMs: number; processSystemMs: number; postgresMs: number | null; generatorMs: number };
+  cpu: CpuPerUnit;
 }
 
 export const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 32);
@@ -171,8 +170,7 @@ export async function runEndToEnd(o: {
     }
     const bodies = Array.from({ length: 8 }, (_, i) => o.html(o.bytes, i));
     const startCount = o.sinkCount();
-    const meter = cpuMeter(o.pgDir);
-    const product0 = product.cpuMs();
+    const meter = productCpuMeter(product, o.pgDir);
     const start = performance.now();
     const tag = `e2e-${o.bytes}-${Date.now()}`;
     await postAll(client, o.n, benchJobJson({ tag, domains: o.domains, bodies }));
@@ -183,16 +181,7 @@ export async function runEndToEnd(o: {
       await new Promise((r) => setTimeout(r, 20));
     }
     const elapsedMs = performance.now() - start;
-    const product1 = product.cpuMs();
-    const productMs = product1.total - product0.total;
-    const productSysMs = product1.system - product0.system;
-    const cpu = meter.stop();
-    return {
-      elapsedMs,
-      postMs,
-      rate: (o.n * 1000) / elapsedMs,
-      cpu: { processMs: productMs / o.n, processSystemMs: productSysMs / o.n, postgresMs: cpu.postgresMs === null ? null : cpu.postgresMs / o.n, generatorMs: cpu.processMs / o.n },
-    };
+    return { elapsedMs, postMs, rate: (o.n * 1000) / elapsedMs, cpu: meter.stop(o.n) };
   } finally {
     client.close();
     await product.stop();

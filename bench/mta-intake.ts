@@ -18,8 +18,7 @@ import { createPool } from '../src/shared/db/pool.js';
 import { migrate } from '../src/shared/db/migrate.js';
 import { INTAKE_BATCH } from '../src/mta/intake.js';
 import { createMtaQueue } from '../src/mta/queue.js';
-import { cpuMeter } from './cpu.js';
-import { scratchDatabase, startProduct } from './product.js';
+import { productCpuMeter, scratchDatabase, startProduct, type CpuPerUnit } from './product.js';
 import { benchJob, benchJobJson, CLIENTS, jsonClient, postAll } from './mta-e2e.js';
 
 const MTA_KEY = 'lm_mta_bench_0123456789abcdefghijklmnopqrstuvwxyz';
@@ -29,7 +28,7 @@ export interface IntakeResult {
   rate: number;
   elapsedMs: number;
   /** CPU ms per request of the product's process, of PostgreSQL and of the generator (this process). */
-  cpu: { processMs: number; processSystemMs: number; postgresMs: number | null; generatorMs: number };
+  cpu: CpuPerUnit;
 }
 
 export async function runIntake(o: {
@@ -92,21 +91,11 @@ export async function runIntake(o: {
       const warm = `intake-warm-${o.bytes}`;
       await postAll(client, Math.min(1000, o.n), benchJobJson({ tag: warm, domains: o.domains, bodies }));
       const run = `intake-${o.bytes}`;
-      const meter = cpuMeter(o.pgDir);
-      const product0 = product.cpuMs();
+      const meter = productCpuMeter(product, o.pgDir);
       const t1 = performance.now();
       await postAll(client, o.n, benchJobJson({ tag: run, domains: o.domains, bodies }));
       const elapsedMs = performance.now() - t1;
-      const product1 = product.cpuMs();
-      const productMs = product1.total - product0.total;
-      const productSysMs = product1.system - product0.system;
-      const cpu = meter.stop();
-      return {
-        baselineRate,
-        rate: (o.n * 1000) / elapsedMs,
-        elapsedMs,
-        cpu: { processMs: productMs / o.n, processSystemMs: productSysMs / o.n, postgresMs: cpu.postgresMs === null ? null : cpu.postgresMs / o.n, generatorMs: cpu.processMs / o.n },
-      };
+      return { baselineRate, rate: (o.n * 1000) / elapsedMs, elapsedMs, cpu: meter.stop(o.n) };
     } finally {
       client.close();
       await product.stop();

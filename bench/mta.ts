@@ -40,6 +40,7 @@ import { createDeliverer } from '../src/mta/delivery/deliverer.js';
 import type { DeliveryResult, DeliveryRoute, OutboundMessage } from '../src/mta/delivery/types.js';
 import { PgDkimKeyStore } from '../src/mta/stores/dkim.js';
 import { findFreePort, startDnsServer, type DnsRecord, type DnsServer } from '../test/harness/dns.js';
+import type { CpuPerUnit } from './product.js';
 import { runSmtpSource, startPostfixSmtpSink, type PostfixSmtpSink } from '../test/harness/smtp-sink-postfix.js';
 
 const MODE = (process.env.BENCH_MODE ?? 'all') as 'engine' | 'intake' | 'e2e' | 'all' | 'none';
@@ -56,7 +57,7 @@ const ROUTES: DeliveryRoute[] = [
   { pool: 'campaign', bindIp: '127.0.0.3', ehloName: 'mta2.bench.test' },
 ];
 
-const cpuText = (c: { processMs: number; processSystemMs: number; postgresMs: number | null; generatorMs: number }, per: string) =>
+const cpuText = (c: CpuPerUnit, per: string) =>
   `CPU/${per}: ${fmt(c.processMs, 2)} ms the product's process (${fmt(c.processSystemMs, 2)} of it in the kernel)${c.postgresMs === null ? '' : ` + ${fmt(c.postgresMs, 2)} ms PostgreSQL`} + ${fmt(c.generatorMs, 2)} ms the generator`;
 const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
 

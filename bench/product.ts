@@ -7,6 +7,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import pg from 'pg';
 import { withDatabase } from '../src/shared/db/pool.js';
+import { cpuMeter } from './cpu.js';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -98,4 +99,30 @@ export async function scratchDatabase(serverUrl: string, prefix: string): Promis
   const name = `${prefix}_${process.pid}_${Date.now()}`;
   await admin(serverUrl, `CREATE DATABASE ${name}`);
   return { url: withDatabase(serverUrl, name), drop: () => admin(serverUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => {}) };
+}
+
+/** CPU per unit of work: the product's process (and its kernel part), PostgreSQL's and the generator's (this process). */
+export interface CpuPerUnit {
+  processMs: number;
+  processSystemMs: number;
+  postgresMs: number | null;
+  generatorMs: number;
+}
+
+/** Starts measuring CPU of the product, PostgreSQL (`pgDir`) and this process; `stop(n)` divides by n units. */
+export function productCpuMeter(product: Product, pgDir: string | undefined): { stop(n: number): CpuPerUnit } {
+  const meter = cpuMeter(pgDir);
+  const p0 = product.cpuMs();
+  return {
+    stop(n) {
+      const p1 = product.cpuMs();
+      const c = meter.stop();
+      return {
+        processMs: (p1.total - p0.total) / n,
+        processSystemMs: (p1.system - p0.system) / n,
+        postgresMs: c.postgresMs === null ? null : c.postgresMs / n,
+        generatorMs: c.processMs / n,
+      };
+    },
+  };
 }

@@ -37,3 +37,15 @@ export async function startTestApp(opts: { env?: Record<string, string>; role?: 
     },
   });
 }
+
+/** A JSON call with a Bearer key to a base URL returned by `base()` (read per call: the app starts later). */
+export function bearerApi(base: () => string, key: string) {
+  return async (method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> => {
+    const res = await fetch(`${base()}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${key}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    return { status: res.status, body: (await res.json()) as any };
+  };
+}

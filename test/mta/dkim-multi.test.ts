@@ -11,7 +11,7 @@ import { migrate } from '../../src/shared/db/migrate.js';
 import { MIGRATIONS } from '../../src/shared/db/migrations/index.js';
 import { PgDkimKeyStore } from '../../src/mta/stores/dkim.js';
 import { dkimTxtRecord } from '../../src/mta/delivery/dkim/keys.js';
-import { startTestApp, type TestApp } from '../harness/app.js';
+import { bearerApi, startTestApp, type TestApp } from '../harness/app.js';
 import { createEmptyDatabase } from '../harness/db.js';
 import { startDnsServer, type DnsServer } from '../harness/dns.js';
 import { startSmtpSink, type SmtpSink } from '../harness/smtp-sink.js';
@@ -26,14 +26,7 @@ describe('signing with both keys of a domain', () => {
   let sink: SmtpSink;
   let app: TestApp;
 
-  const api = async (method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${app.mtaUrl}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${KEY}`, ...(body ? { 'content-type': 'application/json' } : {}) },
-      body: body ? JSON.stringify(body) : undefined,
-    });
-    return { status: res.status, body: (await res.json()) as any };
-  };
+  const api = bearerApi(() => app.mtaUrl!, KEY);
 
   beforeAll(async () => {
     sink = await startSmtpSink({ host: '127.0.0.17', port: 0 });

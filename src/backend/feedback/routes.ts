@@ -34,10 +34,10 @@ import {
 } from './verify/sns.js';
 import { svixKey, verifySvix } from './verify/svix.js';
 
-/** Body limits per route: MTA events carry inbound messages; Mandrill batches up to 1000 events. */
 /** Group commit of MTA events: transactions in flight, events and bytes per transaction. */
 const MTA_EVENT_BATCH = { maxInFlight: 2, maxItems: 200, maxBytes: 4 * 1024 * 1024 };
 
+/** Body limits per route: MTA events carry inbound messages; Mandrill batches up to 1000 events. */
 export const BODY_LIMITS = {
   mta: 10 * 1024 * 1024,
   ses: 512 * 1024,
@@ -99,9 +99,9 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
     }
   };
 
-  const apply = async (t: Translation, reply: FastifyReply) => {
+  const apply = async (t: Translation, reply: FastifyReply, run = (events: FeedbackEvent[]) => applyFeedback(deps, events)) => {
     if (t.ignored !== undefined) return reply.code(200).send(IGNORED);
-    return reply.code(200).send(ok(await applyFeedback(deps, t.events)));
+    return reply.code(200).send(ok(await run(t.events)));
   };
   // The MTA posts one event per delivered message: concurrent posts share one transaction
   // (group commit); each is answered after it committed. A failed batch is retried request
@@ -123,9 +123,7 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
       const body = raw(req);
       const now = clock.now();
       verifyTimestampedHmac(MTA_SCHEME, { secret: config.MTA_WEBHOOK_SECRET!, body, headers: req.headers, nowMs: now });
-      const t = translateMta(body, now);
-      if (t.ignored !== undefined) return reply.code(200).send(IGNORED);
-      return reply.code(200).send(ok(await mtaBatch.submit(t.events, body.length)));
+      return apply(translateMta(body, now), reply, (events) => mtaBatch.submit(events, body.length));
     });
 
     scope.post('/webhooks/relay', { bodyLimit: BODY_LIMITS.relay, onRequest: requireSecret('RELAY_WEBHOOK_SECRET') }, async (req, reply) => {

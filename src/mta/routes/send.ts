@@ -145,7 +145,7 @@ function validate(m: MtaContext, body: EmailJob): MtaJobPayload {
 /**
  * The queue payload as JSON text without serialising the body again (at 100 KB that was the
  * largest single cost of intake): the request's own JSON — the schema allows no other
- * properties, so it holds exactly the parsed body — with the fields `validate` normalises or
+ * properties and sets no defaults, so it holds exactly the parsed body — with the fields `validate` normalises or
  * adds appended. JSON.parse keeps the last of repeated keys, so the appended values win.
  */
 export function storedJson(raw: string | undefined, p: MtaJobPayload): string | undefined {

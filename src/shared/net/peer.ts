@@ -88,7 +88,7 @@ export class PeerClient {
         finish(new PeerError(`timeout after ${timeoutMs} ms`, 'ETIMEDOUT'));
         req.destroy();
       }, timeoutMs);
-      req.on('error', (e: NodeJS.ErrnoException) => finish(new PeerError(e.code ? `${e.message}` : e.message, e.code)));
+      req.on('error', (e: NodeJS.ErrnoException) => finish(new PeerError(e.message, e.code)));
       req.end(data);
     });
   }

@@ -121,8 +121,7 @@ function checkDelay(name: string, v: number | undefined): void {
 // Multi-row enqueue in ONE statement: payloads travel as one binary bytea parameter ($10)
 // cut by byte offsets and lengths ($4, $11) — a text[] parameter made node-postgres escape
 // every payload (~5 ms of CPU per 100 KB job) and PostgreSQL parse the array literal. Ids are
-// drawn up front so results map back to the
-// input order; the group rows are upserted in key order (lock ordering) with LEAST so a
+// drawn up front so results map back to the input order; the group rows are upserted in key order (lock ordering) with LEAST so a
 // concurrent finish that deleted or recomputed the row is handled, never below the group's
 // pause (an enqueue does not un-pause a group); NOTIFY fires on commit when something is due
 // now (a paused group's workers merely find nothing to claim).

@@ -4,7 +4,7 @@
  */
 import { generateKeyPairSync } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { startTestApp, type TestApp } from '../../harness/app.js';
+import { bearerApi, startTestApp, type TestApp } from '../../harness/app.js';
 import { startDnsServer, type DnsServer } from '../../harness/dns.js';
 import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
 import { dkimpyVerify } from './dkimpy.js';
@@ -15,14 +15,7 @@ let dns: DnsServer;
 let sink: SmtpSink;
 let app: TestApp;
 
-const api = async (method: string, path: string, body?: unknown) => {
-  const res = await fetch(`${app.mtaUrl}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${KEY}`, ...(body ? { 'content-type': 'application/json' } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  return { status: res.status, body: (await res.json()) as any };
-};
+const api = bearerApi(() => app.mtaUrl!, KEY);
 
 beforeAll(async () => {
   sink = await startSmtpSink({ host: '127.0.0.16', port: 0 });
