@@ -92,6 +92,12 @@ describe('npm start on a fresh data directory', () => {
     const mta = await waitHealthy(`http://127.0.0.1:${mtaPort}/health`, deadline);
     const body = (await mta.json()) as any;
     expect(body.data.queue.depth).toBe(0);
+    // The servers answer as soon as they listen; the URLs are printed once both roles have
+    // started their workers, a moment later.
+    while (!s.output().includes('Lettermill MTA')) {
+      if (Date.now() > deadline) throw new Error(`no start-up announcement in time:\n${s.output()}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
     return { ...s, ms: Date.now() - t0 };
   }
 
