@@ -295,6 +295,19 @@ describe('queue: groups under concurrent claimers', () => {
     );
     expect([{ type: 'text', storage: 'x', compression: 'l' }, { type: 'text', storage: 'e', compression: '' }]).toContainEqual(col.rows[0]);
   });
+
+  it('queue tables are vacuumed by a fixed dead-row count, not 20 % of their size (migration 006)', async () => {
+    const opts = await db.pool.query<{ rel: string; opts: string[] }>(
+      `SELECT c.relname AS rel, c.reloptions AS opts FROM pg_class c
+        WHERE c.oid IN ('queue_jobs'::regclass, 'queue_groups'::regclass,
+                        (SELECT reltoastrelid FROM pg_class WHERE oid = 'queue_jobs'::regclass))`,
+    );
+    const byRel = new Map(opts.rows.map((r) => [r.rel.startsWith('pg_toast') ? 'toast' : r.rel, r.opts]));
+    for (const rel of ['queue_jobs', 'toast', 'queue_groups']) {
+      expect(byRel.get(rel), rel).toEqual(expect.arrayContaining(['autovacuum_vacuum_scale_factor=0', 'autovacuum_vacuum_cost_delay=0']));
+    }
+    expect(byRel.get('toast')).toContain('autovacuum_vacuum_threshold=5000');
+  });
 });
 
 describe('queue: ordering', () => {
