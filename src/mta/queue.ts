@@ -10,6 +10,9 @@ export const MTA_QUEUE: QueueOptions = {
   timeoutMs: 120_000,
   retainCompleted: 1_000,
   retainFailed: 5_000,
+  // A claim by the instance that took the job in uses the payload it still holds (up to
+  // 64 MB, a minute): the 100 KB email is not read back from PostgreSQL.
+  payloadCache: { maxBytes: 64 * 2 ** 20, maxAgeMs: 60_000 },
 };
 
 export function createMtaQueue<P>(s: Pick<Services, 'db' | 'clock'>): Queue<P> {

@@ -19,6 +19,7 @@
 import type pg from 'pg';
 import { systemClock, toIso, type Clock } from '../clock.js';
 import { retryOnConflict } from '../db/retry.js';
+import { PayloadCache } from './payload-cache.js';
 import type {
   AttemptRecord,
   EnqueueInput,
@@ -159,8 +160,12 @@ const SQL = {
   enqueueIds: ENQUEUE_SQL(false),
   enqueueRows: ENQUEUE_SQL(true),
   claim: 'SELECT * FROM queue_claim($1, $2, $3, $4, $5)',
+  // Lean: claimed rows come back with a NULL payload (migration 007), taken from the PayloadCache.
+  claimLean: 'SELECT * FROM queue_claim($1, $2, $3, $4, $5, false)',
+  payloads: 'SELECT id, payload FROM queue_jobs WHERE id = ANY ($1::bigint[])',
   finish: 'SELECT out_id, out_state FROM queue_finish($1, $2, $3, $4, $5, $6, $7, $8)',
   cycle: 'SELECT * FROM queue_cycle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)',
+  cycleLean: 'SELECT * FROM queue_cycle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, false)',
   cancelIds: 'SELECT queue_cancel AS id FROM queue_cancel($1, $2, $3::bigint[], NULL)',
   cancelOrg: 'SELECT queue_cancel AS id FROM queue_cancel($1, $2, NULL, $3)',
   expire: 'SELECT queue_expire_leases($1, $2) AS n',
@@ -182,6 +187,8 @@ export class Queue<P = unknown> {
   readonly options: Readonly<QueueOptions>;
   readonly name: string;
   private readonly backoff: number[];
+  /** Payloads this instance enqueued, for its own claims (QueueOptions.payloadCache). */
+  private readonly cache: PayloadCache | null;
 
   constructor(opts: { db: pg.Pool; clock?: Clock; options: QueueOptions }) {
     const o = opts.options;
@@ -201,6 +208,13 @@ export class Queue<P = unknown> {
     this.options = { ...o, backoffMs: [...o.backoffMs] };
     this.name = o.name;
     this.backoff = o.backoffMs.map((b) => Math.round(b));
+    const pc = o.payloadCache;
+    this.cache = pc && pc.maxBytes > 0 ? new PayloadCache(this.clock, pc) : null;
+  }
+
+  /** What the payload cache holds now (null: no cache). */
+  get cachedPayloads(): { count: number; bytes: number } | null {
+    return this.cache ? { count: this.cache.count, bytes: this.cache.size } : null;
   }
 
   /** Delay before the retry that follows attempt `attempt` (1-based); the last entry repeats. */
@@ -284,7 +298,28 @@ export class Queue<P = unknown> {
         values: [this.name, groups, priorities, offsets, runAts, orgs, dedupe, this.options.maxAttempts, toIso(now), Buffer.concat(payloads, at - 1), lengths],
       }),
     );
+    // Rows come back in input order; a dedupe hit stored nothing of ours.
+    if (this.cache) res.rows.forEach((r, i) => r.inserted && this.cache!.add(String(r.new_id), payloads[i]!));
     return res.rows;
+  }
+
+  /** Fills the payloads of lean claim rows: from the cache, the rest in one query. */
+  private async attachPayloads(rows: JobRow[]): Promise<void> {
+    const missing: string[] = [];
+    const byId = new Map<string, JobRow>();
+    for (const r of rows) {
+      if (r.state !== 'active') continue;
+      const id = String(r.id);
+      const bytes = this.cache!.take(id);
+      if (bytes) r.payload = bytes.toString('utf8');
+      else {
+        missing.push(id);
+        byId.set(id, r);
+      }
+    }
+    if (missing.length === 0) return;
+    const res = await this.db.query<{ id: string; payload: unknown }>({ name: 'lm_queue_payloads', text: SQL.payloads, values: [missing] });
+    for (const p of res.rows) byId.get(String(p.id))!.payload = p.payload;
   }
 
   // ---------------------------------------------------------------- claim & finish
@@ -298,11 +333,12 @@ export class Queue<P = unknown> {
     const now = this.clock.now();
     const res = await retryOnConflict(() =>
       this.db.query<JobRow>({
-        name: 'lm_queue_claim',
-        text: SQL.claim,
+        name: this.cache ? 'lm_queue_claim_lean' : 'lm_queue_claim',
+        text: this.cache ? SQL.claimLean : SQL.claim,
         values: [this.name, workerId, Math.floor(limit), toIso(now), Math.round(this.options.timeoutMs)],
       }),
     );
+    if (this.cache) await this.attachPayloads(res.rows);
     return res.rows.map((r) => toJob<P>(r));
   }
 
@@ -337,8 +373,8 @@ export class Queue<P = unknown> {
     const enc = this.encodeOutcomes(items);
     const res = await retryOnConflict(() =>
       this.db.query<JobRow>({
-        name: 'lm_queue_cycle',
-        text: SQL.cycle,
+        name: this.cache ? 'lm_queue_cycle_lean' : 'lm_queue_cycle',
+        text: this.cache ? SQL.cycleLean : SQL.cycle,
         values: [
           this.name,
           toIso(this.clock.now()),
@@ -350,6 +386,7 @@ export class Queue<P = unknown> {
         ],
       }),
     );
+    if (this.cache) await this.attachPayloads(res.rows);
     const states = new Map<string, JobState>();
     const jobs: Job<P>[] = [];
     for (const r of res.rows) {

@@ -2,6 +2,8 @@
  * Durable job queue on PostgreSQL (see queue.ts). Shared by MTA deliveries and backend
  * webhook deliveries.
  */
+import type { PayloadCacheOptions } from './payload-cache.js';
+
 export type JobState = 'pending' | 'active' | 'completed' | 'failed' | 'cancelled';
 
 export interface QueueOptions {
@@ -17,6 +19,11 @@ export interface QueueOptions {
   retainFailed: number;
   /** How many cancelled jobs to keep; default retainFailed. */
   retainCancelled?: number;
+  /**
+   * Keep payloads this instance enqueues in memory for its own claims (payload-cache.ts), so
+   * large payloads are not read back from PostgreSQL. Off when absent.
+   */
+  payloadCache?: PayloadCacheOptions;
 }
 
 export interface EnqueueInput<P> {

@@ -5,6 +5,7 @@ import { m003 } from './003_coord_state.js';
 import { m004 } from './004_queue_group_pause.js';
 import { m005 } from './005_queue_payload_text.js';
 import { m006 } from './006_queue_autovacuum.js';
+import { m007 } from './007_queue_claim_without_payload.js';
 import { m010 } from './010_backend_api.js';
 import { m011 } from './011_contact_search.js';
 import { m020 } from './020_mta_records.js';
@@ -18,4 +19,4 @@ import { m060 } from './060_public_content.js';
 import { m061 } from './061_campaigns_forms.js';
 
 /** Every migration, in order. Each module adds its own file and one line here. */
-export const MIGRATIONS: Migration[] = [m001, m002, m003, m004, m005, m006, m010, m011, m020, m021, m022, m023, m030, m040, m050, m060, m061];
+export const MIGRATIONS: Migration[] = [m001, m002, m003, m004, m005, m006, m007, m010, m011, m020, m021, m022, m023, m030, m040, m050, m060, m061];
