@@ -29,6 +29,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { Registry } from 'prom-client';
 import { startEmbeddedPostgres, type EmbeddedStore } from '../src/runtime/embedded-postgres.js';
 import { systemClock } from '../src/shared/clock.js';
@@ -282,7 +283,10 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err) => {
-  console.error(err);
-  process.exit(1);
-});
+// Run only as the entry point: htmlBody is imported by experiments.
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main().catch((err) => {
+    console.error(err);
+    process.exit(1);
+  });
+}
