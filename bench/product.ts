@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import pg from 'pg';
 import { withDatabase } from '../src/shared/db/pool.js';
 import { cpuMeter } from './cpu.js';
-import { readFileSync } from 'node:fs';
+import { createWriteStream, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -41,15 +41,23 @@ function procCpuMs(pid: number): { total: number; system: number } {
 export async function startProduct(o: { role: 'all' | 'mta' | 'backend'; env: Record<string, string> }): Promise<Product> {
   // BENCH_PROFILE_DIR: a V8 CPU profile of the product, written when it stops.
   const profile = process.env.BENCH_PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}`] : [];
-  const child: ChildProcess = spawn(process.execPath, [...startScriptNodeFlags(), ...profile, join(ROOT, 'dist/cli.js'), 'serve', '--role', o.role], {
+  // BENCH_PRODUCT_NODE_FLAGS: node/V8 flags NODE_OPTIONS refuses (e.g. --trace-deopt).
+  const flags = (process.env.BENCH_PRODUCT_NODE_FLAGS ?? '').split(' ').filter(Boolean);
+  const child: ChildProcess = spawn(process.execPath, [...startScriptNodeFlags(), ...flags, ...profile, join(ROOT, 'dist/cli.js'), 'serve', '--role', o.role], {
     cwd: ROOT,
     // BENCH_PRODUCT_NODE_OPTIONS: extra node flags for the product (e.g. --perf-basic-prof for perf).
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', NODE_OPTIONS: process.env.BENCH_PRODUCT_NODE_OPTIONS ?? '', ...o.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
-  child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
-  child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+  // BENCH_PRODUCT_LOG: a file that receives the product's whole output (e.g. with --trace-deopt).
+  const log = process.env.BENCH_PRODUCT_LOG ? createWriteStream(process.env.BENCH_PRODUCT_LOG, { flags: 'a' }) : null;
+  const take = (c: Buffer) => {
+    log?.write(c);
+    if (out.length < 1 << 20) out += c.toString(); // enough for the start-up lines
+  };
+  child.stdout!.on('data', take);
+  child.stderr!.on('data', take);
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
   const want = (o.role === 'all' ? ['backend', 'MTA'] : o.role === 'mta' ? ['MTA'] : ['backend']).map((w) => new RegExp(`Lettermill ${w}\\s+(http://\\S+)`));
   const deadline = Date.now() + 60_000;
