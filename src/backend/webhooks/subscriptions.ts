@@ -13,8 +13,9 @@
  * Every endpoint write sends NOTIFY in its own statement (delivered on commit), so every
  * instance of a fleet re-reads; a periodic re-read bounds the staleness should that fail.
  */
-import pg from 'pg';
+import { checkChannel, PgListener } from '../../shared/db/listener.js';
 import type { Db } from '../../shared/db/pool.js';
+import { CoalescingReload } from '../../shared/db/reload.js';
 import type { Logger } from '../../shared/log.js';
 
 export interface SubscriptionCacheOptions {
@@ -38,16 +39,40 @@ export interface SubscriptionCacheOptions {
 
 export class SubscriptionCache {
   private events: ReadonlySet<string> | null = null;
-  private generation = 0;
-  private reloading: Promise<void> | null = null;
-  private again = false;
-  private listener: pg.Client | undefined;
+  private readonly reloads: CoalescingReload<ReadonlySet<string>>;
+  private readonly listener: PgListener | undefined;
   private refreshTimer: NodeJS.Timeout | undefined;
-  private reconnectTimer: NodeJS.Timeout | undefined;
   private running = false;
 
   constructor(private readonly o: SubscriptionCacheOptions) {
-    if (!/^[a-z_]+$/.test(o.channel)) throw new Error(`bad channel name ${o.channel}`);
+    checkChannel(o.channel);
+    this.reloads = new CoalescingReload({
+      load: () => o.load(),
+      // A set read while not listening may miss a change made meanwhile: not trusted.
+      apply: (set) => {
+        if (!this.listener || this.listener.up) this.events = set;
+      },
+      onError: (err) => {
+        o.log.warn({ err }, 'reading webhook subscriptions failed; every event goes to the fan-out meanwhile');
+        this.events = null;
+      },
+    });
+    if (o.listen !== false) {
+      this.listener = new PgListener({
+        db: o.db,
+        channels: [o.channel],
+        onNotification: (_channel, payload) => {
+          if (o.selfTag && payload.startsWith(`${o.selfTag} `)) return;
+          void this.changed();
+        },
+        // Also the first read: LISTEN is in place before it, so no change falls in between.
+        onUp: () => this.changed(),
+        // Changes made while we are not listening would go unnoticed.
+        onDown: () => this.forget(),
+        reconnectMs: o.reconnectMs,
+        log: o.log.child({ cache: 'webhook subscriptions' }),
+      });
+    }
   }
 
   /** False only when no enabled endpoint subscribes to `name` (as far as is known for sure). */
@@ -64,8 +89,9 @@ export class SubscriptionCache {
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
-    if (this.o.listen !== false) await this.connect();
-    await this.changed();
+    // The listener's onUp does the first read; should LISTEN fail, the set stays unknown until it works.
+    if (this.listener) await this.listener.start();
+    else await this.changed();
     if (this.o.refreshMs > 0) {
       this.refreshTimer = setInterval(() => void this.reload(), this.o.refreshMs);
       this.refreshTimer.unref();
@@ -75,11 +101,8 @@ export class SubscriptionCache {
   async stop(): Promise<void> {
     this.running = false;
     clearInterval(this.refreshTimer);
-    clearTimeout(this.reconnectTimer);
-    const l = this.listener;
-    this.listener = undefined;
-    await l?.end().catch(() => {});
-    await this.reloading;
+    await this.listener?.stop();
+    await this.reloads.idle();
   }
 
   /**
@@ -87,81 +110,18 @@ export class SubscriptionCache {
    * call has finished. Resolves then (or when that read failed; events keep passing).
    */
   changed(): Promise<void> {
-    this.generation++;
-    this.events = null;
-    return this.reload();
+    this.forget();
+    return this.reloads.run();
   }
 
   /** Reads the table; concurrent calls share a run, a call during a run makes it read again. */
   reload(): Promise<void> {
-    if (this.reloading) {
-      this.again = true;
-      return this.reloading;
-    }
-    this.reloading = (async () => {
-      do {
-        this.again = false;
-        const gen = this.generation;
-        try {
-          const set = await this.o.load();
-          // A change during the read, or a lost listener: the result may be stale.
-          if (gen === this.generation && (this.listener || this.o.listen === false)) this.events = set;
-        } catch (err) {
-          this.o.log.warn({ err }, 'reading webhook subscriptions failed; every event goes to the fan-out meanwhile');
-          this.events = null;
-          return;
-        }
-      } while (this.again);
-    })().finally(() => {
-      this.reloading = null;
-    });
-    return this.reloading;
+    return this.reloads.run();
   }
 
-  private async connect(): Promise<void> {
-    // A dedicated client, not a pool slot: it lives as long as the service.
-    const client = new pg.Client((this.o.db as pg.Pool).options);
-    client.on('notification', (msg) => {
-      if (msg.channel !== this.o.channel) return;
-      if (this.o.selfTag && msg.payload?.startsWith(`${this.o.selfTag} `)) return;
-      void this.changed();
-    });
-    const lost = (why: string) => {
-      if (this.listener !== client) return;
-      this.listener = undefined;
-      this.generation++;
-      this.events = null; // changes made while we are not listening would go unnoticed
-      this.o.log.warn({ err: why }, 'webhook subscriptions: LISTEN connection lost; every event goes to the fan-out until it is back');
-      client.end().catch(() => {});
-      this.scheduleReconnect();
-    };
-    client.on('error', (err) => lost(err.message));
-    client.on('end', () => lost('connection ended'));
-    try {
-      await client.connect();
-      await client.query(`LISTEN ${this.o.channel}`);
-    } catch (err) {
-      this.o.log.warn({ err: (err as Error).message }, 'webhook subscriptions: LISTEN failed; retrying');
-      client.end().catch(() => {});
-      this.scheduleReconnect();
-      return;
-    }
-    if (!this.running) {
-      await client.end().catch(() => {});
-      return;
-    }
-    this.listener = client;
-  }
-
-  private scheduleReconnect(): void {
-    if (!this.running || this.reconnectTimer) return;
-    this.reconnectTimer = setTimeout(() => {
-      this.reconnectTimer = undefined;
-      if (!this.running || this.listener) return;
-      void this.connect().then(() => {
-        if (this.listener) return this.changed();
-      });
-    }, this.o.reconnectMs);
-    this.reconnectTimer.unref();
+  /** The set may be stale from now on: every event passes, and no read in flight is trusted. */
+  private forget(): void {
+    this.reloads.invalidate();
+    this.events = null;
   }
 }

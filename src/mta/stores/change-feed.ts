@@ -1,4 +1,5 @@
-import type { Db, DbClient } from '../../shared/db/pool.js';
+import { checkChannel, PgListener } from '../../shared/db/listener.js';
+import type { Db } from '../../shared/db/pool.js';
 import type { Logger } from '../../shared/log.js';
 
 export interface FeedSubscriber {
@@ -18,10 +19,7 @@ export interface FeedSubscriber {
  */
 export class ChangeFeed {
   private readonly subs = new Map<string, FeedSubscriber[]>();
-  private client: DbClient | null = null;
-  private stopped = true;
-  private reconnectTimer: NodeJS.Timeout | undefined;
-  private connecting: Promise<void> | null = null;
+  private listener: PgListener | null = null;
 
   constructor(
     private readonly db: Db,
@@ -30,7 +28,9 @@ export class ChangeFeed {
   ) {}
 
   subscribe(channel: string, sub: FeedSubscriber): void {
-    if (!/^[a-z_]+$/.test(channel)) throw new Error(`bad channel name ${channel}`);
+    checkChannel(channel);
+    // The channels are LISTENed to at start; a later one would never be.
+    if (this.listener) throw new Error(`subscribe to ${channel} before the change feed starts`);
     const list = this.subs.get(channel) ?? [];
     list.push(sub);
     this.subs.set(channel, list);
@@ -38,76 +38,48 @@ export class ChangeFeed {
 
   /** Connects and runs every subscriber's first resync; throws if the database is unreachable. */
   async start(): Promise<void> {
-    this.stopped = false;
-    await this.connect();
-  }
-
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.reconnectTimer);
-    await this.connecting?.catch(() => {});
-    const c = this.client;
-    this.client = null;
-    if (c) {
-      c.removeAllListeners('notification');
-      c.removeAllListeners('error');
-      await c.query('UNLISTEN *').catch(() => {});
-      c.release();
+    if (this.listener) return;
+    const listener = new PgListener({
+      db: this.db,
+      channels: [...this.subs.keys()],
+      onNotification: (channel, payload) => this.notify(channel, payload),
+      // LISTEN is active before any reload reads the table, so no change can fall in between.
+      onUp: () => this.resync(),
+      reconnectMs: this.reconnectMs,
+      failFast: true,
+      log: this.log.child({ listener: 'change feed' }),
+    });
+    this.listener = listener;
+    try {
+      await listener.start();
+    } catch (err) {
+      this.listener = null;
+      throw err;
     }
   }
 
+  async stop(): Promise<void> {
+    const listener = this.listener;
+    this.listener = null;
+    await listener?.stop();
+  }
+
   get connected(): boolean {
-    return this.client !== null;
+    return this.listener?.up ?? false;
   }
 
-  private connect(): Promise<void> {
-    this.connecting = (async () => {
-      const client = await this.db.connect();
+  private notify(channel: string, payload: string): void {
+    for (const sub of this.subs.get(channel) ?? []) {
       try {
-        client.on('notification', (msg) => {
-          for (const sub of this.subs.get(msg.channel) ?? []) {
-            try {
-              sub.onNotify(msg.payload ?? '');
-            } catch (err) {
-              this.log.error({ err, channel: msg.channel }, 'change feed subscriber failed');
-            }
-          }
-        });
-        client.on('error', (err) => this.lost(client, err));
-        for (const channel of this.subs.keys()) await client.query(`LISTEN ${channel}`);
+        sub.onNotify(payload);
       } catch (err) {
-        client.release(err as Error);
-        throw err;
+        this.log.error({ err, channel }, 'change feed subscriber failed');
       }
-      this.client = client;
-      // LISTEN is active before any reload reads the table, so no change can fall in between.
-      for (const list of this.subs.values()) for (const sub of list) await sub.resync();
-    })();
-    return this.connecting.finally(() => {
-      this.connecting = null;
-    });
+    }
   }
 
-  private lost(client: DbClient, err: Error): void {
-    if (this.client !== client) return;
-    this.client = null;
-    client.removeAllListeners('notification');
-    client.release(err);
-    if (this.stopped) return;
-    this.log.warn({ err: err.message }, 'change feed connection lost; reconnecting');
-    this.scheduleReconnect();
-  }
-
-  private scheduleReconnect(): void {
-    clearTimeout(this.reconnectTimer);
-    this.reconnectTimer = setTimeout(() => {
-      if (this.stopped) return;
-      this.connect().catch((err) => {
-        this.log.warn({ err: (err as Error).message }, 'change feed reconnect failed');
-        this.scheduleReconnect();
-      });
-    }, this.reconnectMs);
-    this.reconnectTimer.unref();
+  private async resync(): Promise<void> {
+    for (const list of this.subs.values()) for (const sub of list) await sub.resync();
   }
 }
 

@@ -1,4 +1,5 @@
 import type { Db, DbClient } from '../../shared/db/pool.js';
+import { CoalescingReload } from '../../shared/db/reload.js';
 import type { Logger } from '../../shared/log.js';
 import type { ChangeFeed } from './change-feed.js';
 
@@ -13,8 +14,12 @@ export const CONFIG_CHANNEL = 'mta_config';
 export abstract class ReloadingCache<T> {
   protected data: T;
   private timer: NodeJS.Timeout | undefined;
-  private reloading: Promise<void> | null = null;
-  private again = false;
+  private readonly reloads = new CoalescingReload<T>({
+    load: () => this.load(),
+    apply: (data) => {
+      this.data = data;
+    },
+  });
 
   protected constructor(
     protected readonly db: Db,
@@ -46,19 +51,7 @@ export abstract class ReloadingCache<T> {
 
   /** Coalesces concurrent reloads; one requested while running runs again afterwards. */
   reload(): Promise<void> {
-    if (this.reloading) {
-      this.again = true;
-      return this.reloading;
-    }
-    this.reloading = (async () => {
-      do {
-        this.again = false;
-        this.data = await this.load();
-      } while (this.again);
-    })().finally(() => {
-      this.reloading = null;
-    });
-    return this.reloading;
+    return this.reloads.run();
   }
 
   /** Inside a write transaction: tells every instance to reload after commit. */

@@ -14,8 +14,8 @@
  * leaves its jobs active with a lease; maintain() takes them back when the lease passes.
  */
 import { hostname } from 'node:os';
-import pg from 'pg';
 import { randomString } from '../crypto.js';
+import { PgListener } from '../db/listener.js';
 import { silentLogger, type Logger } from '../log.js';
 import { QUEUE_CHANNEL, type FinishItem, type Queue } from './queue.js';
 import type { Job, JobOutcome, JobState } from './types.js';
@@ -73,7 +73,6 @@ export class Worker<P = unknown> {
   private readonly maintainMs: number;
   private readonly flushMs: number;
   private readonly flushBatch: number;
-  private readonly listenEnabled: boolean;
   private readonly log: Logger;
 
   private running = false;
@@ -90,8 +89,7 @@ export class Worker<P = unknown> {
   private pollTimer: NodeJS.Timeout | undefined;
   private maintainTimer: NodeJS.Timeout | undefined;
   private maintaining: Promise<void> | null = null;
-  private reconnectTimer: NodeJS.Timeout | undefined;
-  private listener: pg.Client | undefined;
+  private readonly listener: PgListener | undefined;
   private readonly controllers = new Set<AbortController>();
   private idleWaiters: (() => void)[] = [];
 
@@ -104,9 +102,21 @@ export class Worker<P = unknown> {
     this.maintainMs = opts.maintainMs ?? 5000;
     this.flushMs = opts.flushMs ?? 0;
     this.flushBatch = opts.flushBatch ?? Math.max(opts.concurrency, 50);
-    this.listenEnabled = opts.listen ?? true;
     this.workerId = opts.workerId ?? `${hostname()}:${process.pid}:${randomString(6)}`;
     this.log = (opts.log ?? silentLogger).child({ queue: opts.queue.name, worker: this.workerId });
+    if (opts.listen ?? true) {
+      this.listener = new PgListener({
+        db: opts.queue.db,
+        channels: [QUEUE_CHANNEL],
+        onNotification: (_channel, payload) => {
+          if (payload === this.queue.name) this.kick();
+        },
+        // Whatever was notified while we were not listening; polling covers the time down.
+        onUp: () => this.kick(),
+        reconnectMs: Math.max(this.pollMs, 1000),
+        log: this.log,
+      });
+    }
   }
 
   /** Jobs claimed and not yet written back. */
@@ -119,7 +129,7 @@ export class Worker<P = unknown> {
     if (this.running) return;
     if (this.closed) throw new Error('a stopped worker cannot be restarted');
     this.running = true;
-    if (this.listenEnabled) await this.connectListener();
+    await this.listener?.start();
     this.pollTimer = setInterval(() => this.kick(), this.pollMs);
     this.pollTimer.unref();
     if (this.maintainMs > 0) {
@@ -138,10 +148,7 @@ export class Worker<P = unknown> {
     this.running = false;
     clearInterval(this.pollTimer);
     clearInterval(this.maintainTimer);
-    clearTimeout(this.reconnectTimer);
-    const listener = this.listener;
-    this.listener = undefined;
-    if (listener) await listener.end().catch(() => {});
+    await this.listener?.stop();
 
     if (opts.drain ?? true) {
       let timer: NodeJS.Timeout | undefined;
@@ -297,44 +304,6 @@ export class Worker<P = unknown> {
         this.maintaining = null;
       });
     return this.maintaining;
-  }
-
-  private async connectListener(): Promise<void> {
-    // A dedicated client, not a pool slot: it lives as long as the worker.
-    const client = new pg.Client(this.queue.db.options);
-    client.on('notification', (msg) => {
-      if (msg.payload === this.queue.name) this.kick();
-    });
-    client.on('error', (err) => {
-      this.log.warn({ err }, 'LISTEN connection lost; polling until it is back');
-      if (this.listener === client) this.listener = undefined;
-      client.end().catch(() => {});
-      this.scheduleReconnect();
-    });
-    try {
-      await client.connect();
-      await client.query(`LISTEN ${QUEUE_CHANNEL}`);
-    } catch (err) {
-      this.log.warn({ err }, 'LISTEN failed; polling until it works');
-      client.end().catch(() => {});
-      this.scheduleReconnect();
-      return;
-    }
-    if (!this.running) {
-      await client.end().catch(() => {});
-      return;
-    }
-    this.listener = client;
-    this.kick(); // whatever was notified while we were not listening
-  }
-
-  private scheduleReconnect(): void {
-    if (!this.running || this.reconnectTimer) return;
-    this.reconnectTimer = setTimeout(() => {
-      this.reconnectTimer = undefined;
-      if (this.running && !this.listener) void this.connectListener();
-    }, Math.max(this.pollMs, 1000));
-    this.reconnectTimer.unref();
   }
 
   // ---------------------------------------------------------------- idle tracking
