@@ -22,7 +22,10 @@
  * (unset: the product's WORKER_CONCURRENCY default), BENCH_POSTFIX (0|1; default 1 when root),
  * DATABASE_URL (default: an embedded PostgreSQL in a temp dir), BENCH_PROFILE_DIR (a V8 CPU
  * profile of the product), BENCH_PRODUCT_NODE_OPTIONS (extra node flags for the product, e.g.
- * --perf-basic-prof for `perf record -p`). Runs under the same node flags as `npm start`.
+ * --perf-basic-prof for `perf record -p`), BENCH_PRODUCT_NODE_FLAGS (flags NODE_OPTIONS refuses,
+ * e.g. --trace-deopt), BENCH_PRODUCT_LOG (a file for the product's output), BENCH_WARMUP (1000:
+ * messages each end-to-end run delivers before measuring). Runs under the same node flags as
+ * `npm start`.
  */
 import { execFile } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
@@ -254,7 +257,8 @@ async function main(): Promise<void> {
       }
     }
     if (MODE === 'e2e' || MODE === 'all') {
-      const { runEndToEnd } = await import('./mta-e2e.js');
+      const { runEndToEnd, WARMUP } = await import('./mta-e2e.js');
+      console.log(`end to end: each run starts the product afresh and delivers ${fmt(WARMUP)} messages of its size before measuring (V8 warm-up)`);
       for (const [label, bytes, n] of sizes) for (const role of E2E_ROLES) {
         const r = await runEndToEnd({ databaseUrl: url, dns, sinkPort: port, sinkHost: SINK_HOST, sinkCount: () => sink!.count(), rsaPem, n, bytes, domains: DOMAINS, html: htmlBody, role, pgDir });
         ours[label][role] = r.rate;
