@@ -33,13 +33,25 @@ export interface EventJob {
 const POST_TIMEOUT_MS = 10_000;
 
 /**
+ * Events emitted in the same turn of the event loop leave in one POST, a JSON array of up to
+ * this many bodies (a lone event is posted as the object itself). One request per delivered
+ * message cost the MTA about a tenth of its CPU at 5 KB (`perf`); the backend applies a batch
+ * in one transaction anyway.
+ */
+export const EVENT_POST_BATCH = 100;
+
+/**
  * Posts `{ event, timestamp, data }` to MTA_WEBHOOK_URL, signed: `X-MTA-Timestamp` (Unix
  * seconds) and `X-MTA-Signature` = hex HMAC-SHA256 of `<timestamp>.<body>` with
- * MTA_WEBHOOK_SECRET. The first post is made at once; a failure goes to the `mta-events`
- * queue (durable, retried by backoff) and, after the last attempt, to the dead-letter queue.
+ * MTA_WEBHOOK_SECRET. The first post is made at once (events of the same event-loop turn
+ * together, as a JSON array: EVENT_POST_BATCH); a failure goes to the `mta-events` queue
+ * (durable, retried by backoff, one event per post) and, after the last attempt, to the
+ * dead-letter queue.
  */
 export class Notifier implements MtaEvents {
   private readonly inFlight = new Set<Promise<void>>();
+  /** Emitted, not yet posted (this turn's batch). */
+  private pending: { job: EventJob; done: () => void }[] = [];
   private worker: Worker<EventJob> | null = null;
   private warnedUnconfigured = false;
   private readonly http = new PeerClient();
@@ -56,15 +68,42 @@ export class Notifier implements MtaEvents {
   emit(event: MtaEventName, data: Record<string, unknown>): Promise<void> {
     const now = this.clock.now();
     const job: EventJob = { id: newId('mevt', now), body: { event, timestamp: toIso(now), data }, createdAt: now, priorAttempts: 1 };
-    const p = this.first(job).finally(() => this.inFlight.delete(p));
+    if (this.pending.length === 0) setImmediate(() => this.flush());
+    const p = new Promise<void>((done) => this.pending.push({ job, done })).finally(() => this.inFlight.delete(p));
     this.inFlight.add(p);
+    if (this.pending.length >= EVENT_POST_BATCH) this.flush();
     return p;
+  }
+
+  private flush(): void {
+    const batch = this.pending;
+    if (batch.length === 0) return;
+    this.pending = [];
+    const jobs = batch.map((b) => b.job);
+    void (jobs.length === 1 ? this.first(jobs[0]!) : this.firstBatch(jobs)).finally(() => {
+      for (const b of batch) b.done();
+    });
+  }
+
+  /**
+   * One POST for the batch. Refused with a 4xx (the backend could not take one of them), each
+   * is posted alone so the others still go through; any other failure queues them all.
+   */
+  private async firstBatch(jobs: EventJob[]): Promise<void> {
+    const error = await this.send(JSON.stringify(jobs.map((j) => j.body)), jobs.map((j) => j.body.event));
+    if (error === null || error === 'unconfigured') return;
+    if (/^HTTP 4/.test(error)) await Promise.all(jobs.map((j) => this.first(j)));
+    else await Promise.all(jobs.map((j) => this.queueForRetry(j)));
   }
 
   private async first(job: EventJob): Promise<void> {
     const error = await this.post(job.body);
     if (error === null) return;
     if (error === 'unconfigured') return;
+    await this.queueForRetry(job);
+  }
+
+  private async queueForRetry(job: EventJob): Promise<void> {
     try {
       await this.queue.enqueue({ groupKey: job.id, payload: job, runAt: this.clock.now() + EVENTS_QUEUE.backoffMs[0]! });
       this.metrics?.webhookEvents.inc({ event: job.body.event, outcome: 'queued_for_retry' });
@@ -76,7 +115,12 @@ export class Notifier implements MtaEvents {
   }
 
   /** One signed POST; null on a 2xx, otherwise the error text (`unconfigured` when there is nowhere to post). */
-  async post(body: EventJob['body']): Promise<string | null> {
+  post(body: EventJob['body']): Promise<string | null> {
+    return this.send(JSON.stringify(body), [body.event]);
+  }
+
+  /** Posts `text` (one event body, or an array of them: `events` are their names, for metrics). */
+  private async send(text: string, events: string[]): Promise<string | null> {
     const url = this.config.MTA_WEBHOOK_URL;
     const secret = this.config.MTA_WEBHOOK_SECRET;
     if (!url || !secret) {
@@ -84,10 +128,9 @@ export class Notifier implements MtaEvents {
         this.warnedUnconfigured = true;
         this.log.warn('MTA_WEBHOOK_URL or MTA_WEBHOOK_SECRET is not set: events to the backend are not sent');
       }
-      this.metrics?.webhookEvents.inc({ event: body.event, outcome: 'unconfigured' });
+      for (const event of events) this.metrics?.webhookEvents.inc({ event, outcome: 'unconfigured' });
       return 'unconfigured';
     }
-    const text = JSON.stringify(body);
     const ts = String(unixSeconds(this.clock.now()));
     try {
       const res = await this.http.postJson(
@@ -97,7 +140,7 @@ export class Notifier implements MtaEvents {
         POST_TIMEOUT_MS,
       );
       if (res.status >= 200 && res.status < 300) {
-        this.metrics?.webhookEvents.inc({ event: body.event, outcome: 'delivered' });
+        for (const event of events) this.metrics?.webhookEvents.inc({ event, outcome: 'delivered' });
         return null;
       }
       return `HTTP ${res.status}`;

@@ -8,7 +8,7 @@ import type { Job } from '../../src/shared/queue/types.js';
 import type { MtaJobPayload } from '../../src/mta/job.js';
 import { createDispatcher } from '../../src/mta/dispatch.js';
 import { startHttpReceiver, type HttpReceiver } from '../harness/http-receiver.js';
-import { emailJob, eventually, startMta, type TestMta } from './helpers.js';
+import { emailJob, eventually, postedEvents, startMta, type TestMta } from './helpers.js';
 
 let t: TestMta;
 let backend: HttpReceiver;
@@ -25,7 +25,7 @@ afterAll(async () => {
 beforeEach(() => backend.reset());
 
 const events = (name: string, messageId: string) =>
-  backend.requests.map((r) => JSON.parse(r.rawBody.toString())).filter((b) => b.event === name && b.data.messageId === messageId);
+  postedEvents(backend.requests).filter((b) => b.event === name && b.data.messageId === messageId);
 
 /** POST /send, claim that job, run the handler, write the outcome back. */
 async function sendAndRun(over: Record<string, unknown> = {}, handler = t.mta.handler!) {

@@ -59,6 +59,48 @@ describe('posting events', () => {
     expect(backend.requests[1]!.headers['x-mta-timestamp']).toBe(String(Math.floor(t.clock.now() / 1000)));
   });
 
+  it('events of one event-loop turn leave in one signed POST, a JSON array in emit order', async () => {
+    const before = await eventsQueue().depth();
+    await Promise.all(['b-1', 'b-2', 'b-3', 'b-4', 'b-5'].map((messageId) => notifier().emit('sent', { messageId })));
+    expect(backend.requests).toHaveLength(1);
+    const [req] = backend.requests;
+    const raw = req!.rawBody.toString();
+    expect((JSON.parse(raw) as { data: { messageId: string } }[]).map((e) => e.data.messageId)).toEqual(['b-1', 'b-2', 'b-3', 'b-4', 'b-5']);
+    const ts = req!.headers['x-mta-timestamp'] as string;
+    expect(req!.headers['x-mta-signature']).toBe(createHmac('sha256', SECRET).update(`${ts}.${raw}`).digest('hex'));
+    expect(await eventsQueue().depth()).toBe(before);
+  });
+
+  it('a batch refused with a 4xx is posted event by event; only the event refused alone is queued', async () => {
+    const before = await eventsQueue().depth();
+    // The array is refused; then c-2 alone is refused as well, c-1 and c-3 are taken.
+    backend.setResponder((req) => {
+      const body = JSON.parse(req.rawBody.toString());
+      return Array.isArray(body) || body.data.messageId === 'c-2' ? 400 : 200;
+    });
+    await Promise.all(['c-1', 'c-2', 'c-3'].map((messageId) => notifier().emit('sent', { messageId })));
+    expect(backend.requests).toHaveLength(4);
+    expect(backend.requests.slice(1).map((r) => JSON.parse(r.rawBody.toString()).data.messageId).sort()).toEqual(['c-1', 'c-2', 'c-3']);
+    expect(await eventsQueue().depth()).toBe(before + 1);
+    backend.setResponder(undefined);
+    t.clock.advance(30_000);
+    const jobs = await runRetries();
+    expect(jobs.map((j) => (j.payload.body.data as { messageId: string }).messageId)).toEqual(['c-2']);
+  });
+
+  it('a batch that fails otherwise (here a 503; a network error takes the same path) queues every event for retry', async () => {
+    const before = await eventsQueue().depth();
+    backend.respondWith([503]);
+    await Promise.all(['d-1', 'd-2', 'd-3'].map((messageId) => notifier().emit('bounced', { messageId })));
+    expect(backend.requests).toHaveLength(1);
+    expect(await eventsQueue().depth()).toBe(before + 3);
+    t.clock.advance(30_000);
+    const jobs = await runRetries();
+    expect(jobs.map((j) => (j.payload.body.data as { messageId: string }).messageId).sort()).toEqual(['d-1', 'd-2', 'd-3']);
+    expect(backend.requests).toHaveLength(4);
+    expect(await eventsQueue().depth()).toBe(before);
+  });
+
   it('sends nothing and queues nothing when MTA_WEBHOOK_URL is unset', async () => {
     const quiet = await startMta({ db: t.db });
     try {

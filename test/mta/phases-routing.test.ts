@@ -7,7 +7,7 @@ import { warmingCap } from '../../src/mta/pipeline/10-warming-cap.js';
 import type { PipelineContext } from '../../src/mta/pipeline/index.js';
 import { parsePools } from '../../src/mta/pools.js';
 import { startHttpReceiver, type HttpReceiver } from '../harness/http-receiver.js';
-import { ctxFor, eventually, startMta, type TestMta } from './helpers.js';
+import { ctxFor, eventually, postedEvents, startMta, type TestMta } from './helpers.js';
 
 let t: TestMta;
 let backend: HttpReceiver;
@@ -25,7 +25,7 @@ afterAll(async () => {
 });
 beforeEach(() => backend.reset());
 
-const events = (name: string) => backend.requests.map((r) => JSON.parse(r.rawBody.toString())).filter((b) => b.event === name);
+const events = (name: string) => postedEvents(backend.requests).filter((b) => b.event === name);
 
 async function route(over: Parameters<typeof ctxFor>[1] = {}): Promise<PipelineContext> {
   const c = ctxFor(t, over);

@@ -103,7 +103,8 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
     if (t.ignored !== undefined) return reply.code(200).send(IGNORED);
     return reply.code(200).send(ok(await run(t.events)));
   };
-  // The MTA posts one event per delivered message: concurrent posts share one transaction
+  // The MTA posts an event per delivered message (those of one event-loop turn together, as an
+  // array: src/mta/notifier.ts): concurrent posts share one transaction
   // (group commit); each is answered after it committed. A failed batch is retried request
   // by request, so one bad event does not fail the others.
   const mtaBatch = new Batcher<FeedbackEvent[], ApplyResult>((groups) => applyFeedbackGroups(deps, groups), MTA_EVENT_BATCH, () => true);

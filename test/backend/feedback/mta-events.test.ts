@@ -146,6 +146,41 @@ describe('MTA lifecycle events', () => {
     expect(await sendStatus(db, send)).toBe('delivered');
   });
 
+  it('an array of events (the MTA batches one event-loop turn) is applied like separate posts; a bad element refuses it all', async () => {
+    const a = await createSend(db, { to: 'arr-a@example.test', providerMessageId: 'mta-m-arr-a' });
+    const b = await createSend(db, { to: 'arr-b@example.test', providerMessageId: 'mta-m-arr-b' });
+    const at = new Date(app.clock.now()).toISOString();
+    const post = async (payload: unknown) => {
+      const body = JSON.stringify(payload);
+      const ts = Math.floor(app.clock.now() / 1000);
+      const res = await fetch(`${app.url}/webhooks/mta`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-mta-timestamp': String(ts), 'x-mta-signature': hexHmac(SECRETS.MTA_WEBHOOK_SECRET, ts, body) },
+        body,
+      });
+      return { status: res.status, body: (await res.json()) as any };
+    };
+    const sent = { event: 'sent', timestamp: at, data: { messageId: 'mta-m-arr-a', to: 'arr-a@example.test', smtpResponse: '250 ok' } };
+    const hard = { event: 'bounced', timestamp: at, data: { messageId: 'mta-m-arr-b', to: 'arr-b@example.test', hard: true, reason: 'userunknown', smtpResponse: '550 5.1.1 unknown' } };
+    const unknown = { event: 'ip.some_future_event', timestamp: at, data: {} };
+    // A malformed element (a bounce without its type) refuses the whole array: nothing applied.
+    const bad = await post([sent, { event: 'bounced', timestamp: at, data: { to: 'arr-b@example.test' } }]);
+    expect(bad.status).toBe(400);
+    expect(await sendStatus(db, a)).toBe('accepted');
+    expect((await post([])).status).toBe(400);
+    expect((await post(Array.from({ length: 501 }, () => unknown))).status).toBe(400);
+
+    app.emitted.length = 0;
+    expect((await post([sent, hard, unknown])).body).toEqual({ success: true, applied: 2, duplicates: 0 });
+    expect(await sendStatus(db, a)).toBe('delivered');
+    expect(await sendStatus(db, b)).toBe('bounced');
+    expect((await db.pool.query(`SELECT reason FROM suppressions WHERE email = 'arr-b@example.test'`)).rows).toEqual([{ reason: 'hard_bounce' }]);
+    expect(app.emitted.map((e) => e.name).sort()).toEqual(['email.bounced', 'email.delivered']);
+    // The same events again, alone (the MTA's per-event retry after a refused batch): duplicates.
+    expect((await post(sent)).body).toEqual({ success: true, applied: 0, duplicates: 1 });
+    expect((await post([unknown, unknown])).body).toEqual({ success: true, ignored: true });
+  });
+
   it('a second sent for a delivered send emits nothing; a sent never moves a bounced send backwards', async () => {
     const send = await createSend(db, { to: 'late@example.test', providerMessageId: 'mta-m-late', status: 'delivered' });
     const bounced = await createSend(db, { to: 'late2@example.test', providerMessageId: 'mta-m-late2', status: 'bounced' });

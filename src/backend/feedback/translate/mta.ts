@@ -37,8 +37,29 @@ function smtpReply(data: Json): string | null {
   return code !== null && !/^\d{3}\b/.test(text) ? `${code} ${text}` : text;
 }
 
+/** Events in one array body at most (the MTA posts up to EVENT_POST_BATCH = 100). */
+export const MTA_MAX_BATCH = 500;
+
+/**
+ * One event object, or an array of them (the MTA batches the events of one event-loop turn).
+ * A malformed element refuses the whole body (400); the MTA then posts each event alone.
+ */
 export function translateMta(body: Buffer, nowMs: number): Translation {
-  const root = asObject(parseJson(body), 'MTA event');
+  const parsed = parseJson(body);
+  if (!Array.isArray(parsed)) return translateMtaEvent(parsed, nowMs);
+  if (parsed.length === 0 || parsed.length > MTA_MAX_BATCH) throw new FeedbackFormatError(`An MTA event array must hold 1 to ${MTA_MAX_BATCH} events`);
+  const events: FeedbackEvent[] = [];
+  let ignored: string | undefined;
+  for (const item of parsed) {
+    const t = translateMtaEvent(item, nowMs);
+    if (t.ignored !== undefined) ignored ??= t.ignored;
+    events.push(...t.events);
+  }
+  return events.length === 0 && ignored !== undefined ? { events: [], ignored } : { events };
+}
+
+function translateMtaEvent(parsed: unknown, nowMs: number): Translation {
+  const root = asObject(parsed, 'MTA event');
   const event = optString(root.event, 100);
   if (!event) throw new FeedbackFormatError('MTA event must have an "event" name');
   const data = asObject(root.data ?? {}, 'MTA event data');
