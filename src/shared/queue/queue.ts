@@ -303,7 +303,11 @@ export class Queue<P = unknown> {
     return res.rows;
   }
 
-  /** Fills the payloads of lean claim rows: from the cache, the rest in one query. */
+  /**
+   * Fills the payloads of lean claim rows: from the cache, the rest in one query. The claim has
+   * committed by then: should that query fail, the jobs wait for their lease to pass, as after
+   * a worker that died having claimed them (at-least-once either way).
+   */
   private async attachPayloads(rows: JobRow[]): Promise<void> {
     const missing: string[] = [];
     const byId = new Map<string, JobRow>();
