@@ -26,14 +26,28 @@ export async function startTestApp(opts: { env?: Record<string, string>; role?: 
     DATABASE_URL: db.url,
     ...opts.env,
   };
-  const running = await startLettermill({ env, role: opts.role ?? 'all', clock: opts.clock, announce: () => {} });
+  let running: Running;
+  try {
+    running = await startLettermill({ env, role: opts.role ?? 'all', clock: opts.clock, announce: () => {} });
+  } catch (err) {
+    rmSync(dataDir, { recursive: true, force: true });
+    if (!opts.db) await db.drop();
+    throw err;
+  }
+  // Tests that stop an app (the SIGTERM path) rather than close it leave no data directory
+  // (it holds generated secrets) behind either; each start has a directory of its own.
+  const stopRunning = running.stop.bind(running);
+  const stop = async () => {
+    await stopRunning();
+    rmSync(dataDir, { recursive: true, force: true });
+  };
   return Object.assign(running, {
     db,
     dataDir,
+    stop,
     async close() {
-      await running.stop();
+      await stop();
       if (!opts.db) await db.drop();
-      rmSync(dataDir, { recursive: true, force: true });
     },
   });
 }
