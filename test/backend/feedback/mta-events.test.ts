@@ -23,8 +23,12 @@ afterAll(async () => {
   await db?.drop();
 });
 
-async function mta(event: string, data: Record<string, unknown>, id?: string) {
-  const body = JSON.stringify({ ...(id ? { id } : {}), event, timestamp: new Date(app.clock.now()).toISOString(), data });
+function mta(event: string, data: Record<string, unknown>, id?: string) {
+  return postMta({ ...(id ? { id } : {}), event, timestamp: new Date(app.clock.now()).toISOString(), data });
+}
+/** Posts `payload` (one event or an array) to /webhooks/mta, signed now. */
+async function postMta(payload: unknown) {
+  const body = JSON.stringify(payload);
   const ts = Math.floor(app.clock.now() / 1000);
   const res = await fetch(`${app.url}/webhooks/mta`, {
     method: 'POST',
@@ -150,35 +154,25 @@ describe('MTA lifecycle events', () => {
     const a = await createSend(db, { to: 'arr-a@example.test', providerMessageId: 'mta-m-arr-a' });
     const b = await createSend(db, { to: 'arr-b@example.test', providerMessageId: 'mta-m-arr-b' });
     const at = new Date(app.clock.now()).toISOString();
-    const post = async (payload: unknown) => {
-      const body = JSON.stringify(payload);
-      const ts = Math.floor(app.clock.now() / 1000);
-      const res = await fetch(`${app.url}/webhooks/mta`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-mta-timestamp': String(ts), 'x-mta-signature': hexHmac(SECRETS.MTA_WEBHOOK_SECRET, ts, body) },
-        body,
-      });
-      return { status: res.status, body: (await res.json()) as any };
-    };
     const sent = { event: 'sent', timestamp: at, data: { messageId: 'mta-m-arr-a', to: 'arr-a@example.test', smtpResponse: '250 ok' } };
     const hard = { event: 'bounced', timestamp: at, data: { messageId: 'mta-m-arr-b', to: 'arr-b@example.test', hard: true, reason: 'userunknown', smtpResponse: '550 5.1.1 unknown' } };
     const unknown = { event: 'ip.some_future_event', timestamp: at, data: {} };
     // A malformed element (a bounce without its type) refuses the whole array: nothing applied.
-    const bad = await post([sent, { event: 'bounced', timestamp: at, data: { to: 'arr-b@example.test' } }]);
+    const bad = await postMta([sent, { event: 'bounced', timestamp: at, data: { to: 'arr-b@example.test' } }]);
     expect(bad.status).toBe(400);
     expect(await sendStatus(db, a)).toBe('accepted');
-    expect((await post([])).status).toBe(400);
-    expect((await post(Array.from({ length: 501 }, () => unknown))).status).toBe(400);
+    expect((await postMta([])).status).toBe(400);
+    expect((await postMta(Array.from({ length: 501 }, () => unknown))).status).toBe(400);
 
     app.emitted.length = 0;
-    expect((await post([sent, hard, unknown])).body).toEqual({ success: true, applied: 2, duplicates: 0 });
+    expect((await postMta([sent, hard, unknown])).body).toEqual({ success: true, applied: 2, duplicates: 0 });
     expect(await sendStatus(db, a)).toBe('delivered');
     expect(await sendStatus(db, b)).toBe('bounced');
     expect((await db.pool.query(`SELECT reason FROM suppressions WHERE email = 'arr-b@example.test'`)).rows).toEqual([{ reason: 'hard_bounce' }]);
     expect(app.emitted.map((e) => e.name).sort()).toEqual(['email.bounced', 'email.delivered']);
     // The same events again, alone (the MTA's per-event retry after a refused batch): duplicates.
-    expect((await post(sent)).body).toEqual({ success: true, applied: 0, duplicates: 1 });
-    expect((await post([unknown, unknown])).body).toEqual({ success: true, ignored: true });
+    expect((await postMta(sent)).body).toEqual({ success: true, applied: 0, duplicates: 1 });
+    expect((await postMta([unknown, unknown])).body).toEqual({ success: true, ignored: true });
   });
 
   it('a second sent for a delivered send emits nothing; a sent never moves a bounced send backwards', async () => {
