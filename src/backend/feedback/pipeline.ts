@@ -17,7 +17,7 @@ import type { Logger } from '../../shared/log.js';
 import type { BackendEventMap, BackendEventName } from '../events.js';
 import type { FeedbackEvent, InboundEvent, LifecycleEvent, OperationalEvent, SuppressionReason } from './lifecycle.js';
 import { ACTIVITY_STATUSES, BLOCKLIST_SUPPRESSION_REASONS, CUSTOMER_EVENT } from './policy.js';
-import { findContactId, findSend, moveSendStatus, type SendRef } from './sends.js';
+import { findContactIds, findSends, moveSendStatus, saveSendStatuses, type SendRef } from './sends.js';
 
 export interface EventEmitter {
   emit<K extends BackendEventName>(name: K, data: BackendEventMap[K]): Promise<void>;
@@ -50,65 +50,175 @@ export async function applyFeedback(deps: PipelineDeps, events: FeedbackEvent[])
  * the commit.
  */
 export async function applyFeedbackGroups(deps: PipelineDeps, groups: FeedbackEvent[][]): Promise<ApplyResult[]> {
-  if (groups.every((g) => g.length === 0)) return groups.map(() => ({ applied: 0, duplicates: 0 }));
+  const events = groups.flat();
+  if (events.length === 0) return groups.map(() => ({ applied: 0, duplicates: 0 }));
   let pending: Pending;
-  let results: ApplyResult[];
+  let applied: boolean[];
   for (let attempt = 1; ; attempt++) {
     pending = { emit: [], log: [] };
     try {
-      results = await tx(deps.db, async (c) => {
-        const out: ApplyResult[] = [];
-        for (const events of groups) {
-          const r: ApplyResult = { applied: 0, duplicates: 0 };
-          for (const ev of events) {
-            if (await applyOne(c, deps, ev, pending)) r.applied++;
-            else r.duplicates++;
-          }
-          out.push(r);
-        }
-        return out;
-      });
+      applied = await tx(deps.db, (c) => applyAll(c, deps, events, pending));
       break;
     } catch (err) {
-      // Two batches touching the same addresses in opposite order can deadlock; PostgreSQL
-      // aborts one. Nothing of it was committed, so running it again is safe.
+      // Two batches touching the same rows in opposite order can deadlock; PostgreSQL aborts
+      // one. Nothing of it was committed, so running it again is safe.
       if (attempt < 3 && (err as { code?: string }).code === '40P01') continue;
       throw err;
     }
   }
   for (const l of pending.log) l();
   for (const e of pending.emit) await deps.events.emit(e.name, e.data);
-  return results;
+  let at = 0;
+  return groups.map((g) => {
+    const mine = applied.slice(at, (at += g.length));
+    const n = mine.filter(Boolean).length;
+    return { applied: n, duplicates: g.length - n };
+  });
 }
 
-async function applyOne(c: DbClient, deps: PipelineDeps, ev: FeedbackEvent, pending: Pending): Promise<boolean> {
+/**
+ * One transaction's events, set-based: a fixed number of statements whatever the batch size
+ * (the MTA reports every delivered message, so this is on the delivery path's heels). Event
+ * order is kept where it matters: a send's status moves, the first blocklist reason and
+ * customer events follow the order the events came in. Returns, per event, whether it was
+ * applied (false: a duplicate).
+ */
+async function applyAll(c: DbClient, deps: PipelineDeps, events: FeedbackEvent[], pending: Pending): Promise<boolean[]> {
   const now = deps.clock.now();
-  const id = newId('fbe', now);
-  const lifecycle = ev.kind === 'lifecycle' ? ev : null;
-  const inserted = await c.query({
-    name: 'lm_fb_event_insert',
+  const lifecycle = events.filter((e): e is LifecycleEvent => e.kind === 'lifecycle');
+  // Sends first, locked in id order: a concurrent batch about the same sends waits here.
+  const sendOf = new Map<LifecycleEvent, SendRef | null>();
+  (await findSends(c, lifecycle)).forEach((s, i) => sendOf.set(lifecycle[i]!, s));
+
+  const ids = await recordEvents(c, events, sendOf, now);
+  const applied = ids.map((id) => id !== null);
+
+  type Effect = { ev: LifecycleEvent; send: SendRef | null; recipient: string; reason: SuppressionReason | null; moved: boolean };
+  const effects: Effect[] = [];
+  const suppress = new Map<string, { reason: SuppressionReason; source: string }>();
+  events.forEach((ev, i) => {
+    if (!applied[i] || ev.kind !== 'lifecycle') return;
+    const send = sendOf.get(ev) ?? null;
+    const moved = send ? moveSendStatus(send, ev.status) : false;
+    const recipient = ev.recipient ?? send?.to.toLowerCase() ?? null;
+    if (!recipient) return;
+    const reason = blocklistReason(ev);
+    // The first reason an address was blocked for is kept (here and in the table).
+    if (reason && !suppress.has(recipient)) suppress.set(recipient, { reason, source: ev.source });
+    effects.push({ ev, send, recipient, reason, moved });
+  });
+
+  await saveSendStatuses(c, new Set([...sendOf.values()].filter((s): s is SendRef => s !== null)), now);
+  if (suppress.size > 0) {
+    await c.query({
+      name: 'lm_fb_suppress',
+      text: `INSERT INTO suppressions (email, reason, source, created_at)
+             SELECT u.email, u.reason, u.source, $4 FROM unnest($1::text[], $2::text[], $3::text[]) AS u(email, reason, source)
+             ORDER BY u.email ON CONFLICT (email) DO NOTHING`,
+      values: [[...suppress.keys()], [...suppress.values()].map((v) => v.reason), [...suppress.values()].map((v) => v.source), iso(now)],
+    });
+  }
+  const contacts = await findContactIds(
+    c,
+    effects.filter((e) => !e.send?.contactId).map((e) => e.recipient),
+  );
+  const activity = effects.filter((e) => ACTIVITY_STATUSES.has(e.ev.status));
+  if (activity.length > 0) {
+    const col = <T>(f: (e: Effect) => T) => activity.map(f);
+    await c.query({
+      name: 'lm_fb_activity',
+      text: `INSERT INTO contact_activity (id, email, contact_id, type, send_id, source, detail, occurred_at, created_at)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::timestamptz[], $9::timestamptz[])`,
+      values: [
+        col(() => newId('act', now)),
+        col((e) => e.recipient),
+        col((e) => e.send?.contactId ?? contacts.get(e.recipient) ?? null),
+        col((e) => `email.${e.ev.status}`),
+        col((e) => e.send?.id ?? null),
+        col((e) => e.ev.source),
+        col((e) =>
+          JSON.stringify({
+            providerMessageId: e.ev.providerMessageId,
+            bounce: e.ev.bounce ?? null,
+            feedbackType: e.ev.complaint?.feedbackType ?? null,
+            suppressionReason: e.ev.suppression?.reason ?? null,
+            blocklisted: e.reason !== null,
+          }),
+        ),
+        col((e) => iso(e.ev.occurredAt)),
+        col(() => iso(now)),
+      ],
+    });
+  }
+  // Customer events follow the send's status: one per transition, none for a late or
+  // repeated report (a second "delivered", a "sent" after "delivered"). Feedback about a send
+  // this backend does not know (sent before this deployment, or by something else) still
+  // blocklists, silently.
+  for (const e of effects) {
+    const name = CUSTOMER_EVENT[e.ev.status];
+    if (name && e.send && e.moved) pending.emit.push({ name, data: customerData(name, e.ev, e.send, e.send.contactId ?? contacts.get(e.recipient) ?? null) });
+  }
+
+  for (let i = 0; i < events.length; i++) {
+    const ev = events[i]!;
+    if (!applied[i]) continue;
+    if (ev.kind === 'inbound') await applyInbound(c, deps, ev, pending);
+    else if (ev.kind === 'operational') await applyOperational(c, deps, ev, pending);
+  }
+  return applied;
+}
+
+/**
+ * Inserts the events' (source, provider event id) rows in one statement; per event, its new
+ * row id, or null for a duplicate (already recorded, or repeated earlier in this batch).
+ * Rows are inserted in key order, so concurrent batches wait on each other's keys in one
+ * order and cannot deadlock on them.
+ */
+async function recordEvents(c: DbClient, events: FeedbackEvent[], sendOf: Map<LifecycleEvent, SendRef | null>, now: number): Promise<(string | null)[]> {
+  const ids: (string | null)[] = events.map(() => null);
+  const first = new Map<string, number>();
+  events.forEach((ev, i) => {
+    const key = `${ev.source}\u0000${ev.eventId}`;
+    if (!first.has(key)) first.set(key, i);
+  });
+  const rows = [...first.values()].sort((a, b) => {
+    const x = events[a]!;
+    const y = events[b]!;
+    return x.source < y.source ? -1 : x.source > y.source ? 1 : x.eventId < y.eventId ? -1 : x.eventId > y.eventId ? 1 : 0;
+  });
+  const col = <T>(f: (ev: FeedbackEvent, i: number) => T) => rows.map((i) => f(events[i]!, i));
+  const lc = (ev: FeedbackEvent) => (ev.kind === 'lifecycle' ? ev : null);
+  const newIds = col(() => newId('fbe', now));
+  const r = await c.query<{ id: string }>({
+    name: 'lm_fb_events_insert',
     text: `INSERT INTO feedback_events (id, source, provider_event_id, kind, type, recipient, provider_message_id, send_id, detail, occurred_at, received_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+           SELECT u.*, $11::timestamptz FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[]) AS u
            ON CONFLICT (source, provider_event_id) DO NOTHING RETURNING id`,
     values: [
-      id,
-      ev.source,
-      ev.eventId,
-      ev.kind,
-      ev.kind === 'lifecycle' ? ev.status : ev.kind === 'inbound' ? 'inbound.received' : ev.event,
-      lifecycle?.recipient ?? null,
-      lifecycle?.providerMessageId ?? null,
-      lifecycle?.sendId ?? null,
-      JSON.stringify(lifecycle ? { bounce: lifecycle.bounce, complaint: lifecycle.complaint, suppression: lifecycle.suppression } : {}),
-      iso(ev.occurredAt),
+      newIds,
+      col((ev) => ev.source),
+      col((ev) => ev.eventId),
+      col((ev) => ev.kind),
+      col((ev) => (ev.kind === 'lifecycle' ? ev.status : ev.kind === 'inbound' ? 'inbound.received' : ev.event)),
+      col((ev) => lc(ev)?.recipient ?? null),
+      col((ev) => lc(ev)?.providerMessageId ?? null),
+      col((ev) => {
+        const l = lc(ev);
+        return l ? (sendOf.get(l)?.id ?? null) : null;
+      }),
+      col((ev) => {
+        const l = lc(ev);
+        return JSON.stringify(l ? { bounce: l.bounce, complaint: l.complaint, suppression: l.suppression } : {});
+      }),
+      col((ev) => iso(ev.occurredAt)),
       iso(now),
     ],
   });
-  if (inserted.rowCount === 0) return false;
-  if (ev.kind === 'lifecycle') await applyLifecycle(c, deps, ev, id, pending);
-  else if (ev.kind === 'inbound') await applyInbound(c, deps, ev, pending);
-  else await applyOperational(c, deps, ev, pending);
-  return true;
+  const inserted = new Set(r.rows.map((row) => row.id));
+  rows.forEach((i, k) => {
+    if (inserted.has(newIds[k]!)) ids[i] = newIds[k]!;
+  });
+  return ids;
 }
 
 function blocklistReason(ev: LifecycleEvent): SuppressionReason | null {
@@ -116,59 +226,6 @@ function blocklistReason(ev: LifecycleEvent): SuppressionReason | null {
   if (ev.status === 'complained') return 'complaint';
   if (ev.status === 'suppressed' && ev.suppression && BLOCKLIST_SUPPRESSION_REASONS.has(ev.suppression.reason)) return ev.suppression.reason;
   return null;
-}
-
-async function applyLifecycle(c: DbClient, deps: PipelineDeps, ev: LifecycleEvent, feedbackId: string, pending: Pending): Promise<void> {
-  const now = deps.clock.now();
-  const send = await findSend(c, ev);
-  let moved = false;
-  if (send) {
-    moved = await moveSendStatus(c, send, ev.status, now);
-    await c.query({ name: 'lm_fb_event_send', text: 'UPDATE feedback_events SET send_id = $2 WHERE id = $1', values: [feedbackId, send.id] });
-  }
-  const recipient = ev.recipient ?? send?.to ?? null;
-  if (!recipient) return;
-
-  const reason = blocklistReason(ev);
-  if (reason) {
-    // The first reason an address was blocked for is kept.
-    await c.query(
-      `INSERT INTO suppressions (email, reason, source, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (email) DO NOTHING`,
-      [recipient, reason, ev.source, iso(now)],
-    );
-  }
-
-  const contactId = send?.contactId ?? (await findContactId(c, recipient));
-  if (ACTIVITY_STATUSES.has(ev.status)) {
-    await c.query(
-      `INSERT INTO contact_activity (id, email, contact_id, type, send_id, source, detail, occurred_at, created_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-      [
-        newId('act', now),
-        recipient,
-        contactId,
-        `email.${ev.status}`,
-        send?.id ?? null,
-        ev.source,
-        JSON.stringify({
-          providerMessageId: ev.providerMessageId,
-          bounce: ev.bounce ?? null,
-          feedbackType: ev.complaint?.feedbackType ?? null,
-          suppressionReason: ev.suppression?.reason ?? null,
-          blocklisted: reason !== null,
-        }),
-        iso(ev.occurredAt),
-        iso(now),
-      ],
-    );
-  }
-
-  const name = CUSTOMER_EVENT[ev.status];
-  // Customer events follow the send's status: one per transition, none for a late or
-  // repeated report (a second "delivered", a "sent" after "delivered"). Feedback about a
-  // send this backend does not know (sent before this deployment, or by something else)
-  // still blocklists, silently.
-  if (name && send && moved) pending.emit.push({ name, data: customerData(name, ev, send, contactId) });
 }
 
 function customerData(name: BackendEventName, ev: LifecycleEvent, send: SendRef, contactId: string | null) {

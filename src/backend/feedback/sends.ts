@@ -1,7 +1,8 @@
 /**
- * The narrow link between feedback and the REST API's tables (issue 3): which send an
- * event concerns, moving its status, and a contact's id by address. Everything the
- * pipeline knows about those tables' columns is in this file.
+ * The narrow link between feedback and the REST API's tables (issue 3): which sends a batch
+ * of events concerns, moving their status, and contacts' ids by address. Everything the
+ * pipeline knows about those tables' columns is in this file. Every function takes a whole
+ * batch and runs one statement, whatever its size: the MTA reports every delivered message.
  */
 import type { DbClient } from '../../shared/db/pool.js';
 import type { EmailRef } from '../webhooks/catalog.js';
@@ -13,59 +14,98 @@ export interface SendRef {
   id: string;
   to: string;
   contactId: string | null;
+  /** The status as this batch has moved it so far. */
   status: string;
+  /** The status the row holds in the database. */
+  stored: string;
   /** How customer events name this email. */
   ref: EmailRef;
 }
 
-const SEND_COLUMNS = `${EMAIL_REF_COLUMNS}, status`;
+const SEND_COLUMNS = `${EMAIL_REF_COLUMNS}, provider_message_id, status`;
 
-function toRef(r: any): SendRef {
-  return { id: r.id, to: r.to_email, contactId: r.contact_id, status: r.status, ref: emailRef(r) };
+/**
+ * For each event, the send it concerns (same position; null when unknown): by our id when the
+ * provider echoed it, otherwise by the provider's message id (and the recipient, when one
+ * provider message went to several; the lowest id wins), otherwise by our id equal to the
+ * provider message id (a caller may hand the MTA its send id as the job's messageId).
+ * Candidates are read and locked in one statement, in id order, so two batches touching the
+ * same sends cannot deadlock. Events naming the same send share one SendRef, so the batch
+ * moves its status in event order.
+ */
+export async function findSends(c: DbClient, events: LifecycleEvent[]): Promise<(SendRef | null)[]> {
+  const ids = new Set<string>();
+  const providerIds = new Set<string>();
+  for (const ev of events) {
+    if (ev.sendId) ids.add(ev.sendId);
+    if (ev.providerMessageId) {
+      ids.add(ev.providerMessageId);
+      providerIds.add(ev.providerMessageId);
+    }
+  }
+  if (ids.size === 0) return events.map(() => null);
+  const r = await c.query({
+    // Named (prepared once per connection): every MTA event batch runs it.
+    name: 'lm_fb_sends_for_events',
+    text: `SELECT ${SEND_COLUMNS} FROM email_sends
+            WHERE id = ANY ($1::text[]) OR (provider_message_id = ANY ($2::text[]) AND provider_message_id IS NOT NULL)
+            ORDER BY id FOR UPDATE`,
+    values: [[...ids], [...providerIds]],
+  });
+  const byId = new Map<string, SendRef>();
+  const byProvider = new Map<string, SendRef[]>();
+  for (const row of r.rows) {
+    const ref: SendRef = { id: row.id, to: row.to_email, contactId: row.contact_id, status: row.status, stored: row.status, ref: emailRef(row) };
+    byId.set(ref.id, ref);
+    if (row.provider_message_id !== null) {
+      const list = byProvider.get(row.provider_message_id) ?? [];
+      list.push(ref); // rows come in id order: the first match is the lowest id
+      byProvider.set(row.provider_message_id, list);
+    }
+  }
+  const forRecipient = (s: SendRef | undefined, recipient: string | null) => (s && (recipient === null || s.to.toLowerCase() === recipient) ? s : null);
+  return events.map((ev) => {
+    if (ev.sendId && byId.has(ev.sendId)) return byId.get(ev.sendId)!;
+    if (!ev.providerMessageId) return null;
+    const viaProvider = byProvider.get(ev.providerMessageId)?.find((s) => forRecipient(s, ev.recipient));
+    return viaProvider ?? forRecipient(byId.get(ev.providerMessageId), ev.recipient);
+  });
 }
 
 /**
- * The send by our id when the provider echoed it, otherwise by the provider's message id
- * (and the recipient, when one provider message went to several), otherwise by our id equal
- * to the provider message id (a caller may hand the MTA its send id as the job's messageId).
- * Locked for the update.
+ * Moves the send's in-memory status forward only (STATUS_RANK): late or reordered feedback
+ * never regresses it. True when the status changed; saveSendStatuses writes the results.
  */
-export async function findSend(c: DbClient, ev: LifecycleEvent): Promise<SendRef | null> {
-  // Named (prepared once per connection): one event per delivered message runs these.
-  const byId = async (id: string) =>
-    (await c.query({ name: 'lm_fb_send_by_id', text: `SELECT ${SEND_COLUMNS} FROM email_sends WHERE id = $1 FOR UPDATE`, values: [id] })).rows[0];
-  if (ev.sendId) {
-    const row = await byId(ev.sendId);
-    if (row) return toRef(row);
-  }
-  if (ev.providerMessageId) {
-    const r = await c.query({
-      name: 'lm_fb_send_by_provider_id',
-      text: `SELECT ${SEND_COLUMNS} FROM email_sends
-              WHERE provider_message_id = $1 AND ($2::text IS NULL OR lower(to_email) = $2)
-              ORDER BY id LIMIT 1 FOR UPDATE`,
-      values: [ev.providerMessageId, ev.recipient],
-    });
-    if (r.rows[0]) return toRef(r.rows[0]);
-    const row = await byId(ev.providerMessageId);
-    if (row && (ev.recipient === null || row.to_email.toLowerCase() === ev.recipient)) return toRef(row);
-  }
-  return null;
-}
-
-/**
- * Moves the status forward only (STATUS_RANK): late or reordered feedback never regresses it.
- * True when the status changed.
- */
-export async function moveSendStatus(c: DbClient, send: SendRef, status: LifecycleStatus, nowMs: number): Promise<boolean> {
+export function moveSendStatus(send: SendRef, status: LifecycleStatus): boolean {
   const current = STATUS_RANK[send.status as LifecycleStatus] ?? 0;
   if (send.status === status || STATUS_RANK[status] < current) return false;
-  await c.query({ name: 'lm_fb_send_status', text: `UPDATE email_sends SET status = $2, updated_at = $3 WHERE id = $1`, values: [send.id, status, new Date(nowMs).toISOString()] });
   send.status = status;
   return true;
 }
 
-export async function findContactId(c: DbClient, email: string): Promise<string | null> {
-  const r = await c.query<{ id: string }>({ name: 'lm_fb_contact_by_email', text: `SELECT id FROM contacts WHERE lower(email) = $1 LIMIT 1`, values: [email] });
-  return r.rows[0]?.id ?? null;
+/** Writes the statuses of the sends whose status the batch moved (one statement). */
+export async function saveSendStatuses(c: DbClient, sends: Iterable<SendRef>, nowMs: number): Promise<void> {
+  const moved = [...sends].filter((s) => s.status !== s.stored);
+  if (moved.length === 0) return;
+  await c.query({
+    name: 'lm_fb_send_statuses',
+    text: `UPDATE email_sends e SET status = u.status, updated_at = $3
+             FROM unnest($1::text[], $2::text[]) AS u(id, status) WHERE e.id = u.id`,
+    values: [moved.map((s) => s.id), moved.map((s) => s.status), new Date(nowMs).toISOString()],
+  });
+  for (const s of moved) s.stored = s.status;
+}
+
+/** Contact ids by lower-cased address (one statement; the lowest id when several match). */
+export async function findContactIds(c: DbClient, emails: Iterable<string>): Promise<Map<string, string>> {
+  const list = [...new Set(emails)];
+  const out = new Map<string, string>();
+  if (list.length === 0) return out;
+  const r = await c.query<{ email: string; id: string }>({
+    name: 'lm_fb_contacts_by_email',
+    text: `SELECT DISTINCT ON (lower(email)) lower(email) AS email, id FROM contacts WHERE lower(email) = ANY ($1::text[]) ORDER BY lower(email), id`,
+    values: [list],
+  });
+  for (const row of r.rows) out.set(row.email, row.id);
+  return out;
 }

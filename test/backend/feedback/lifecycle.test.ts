@@ -122,6 +122,74 @@ describe('blocklist rules', () => {
   });
 });
 
+describe('several events in one request (one set-based transaction)', () => {
+  it('moves a send in event order: one customer event per transition, a late report moves nothing', async () => {
+    const to = 'batch-order@example.test';
+    const contactId = await createContact(db, to);
+    const send = await createSend(db, { to, providerMessageId: 'bo1', status: 'sending', provider: 'smtp', contactId });
+    const r = await relay([
+      { event: 'delivered', messageId: 'bo1', recipient: to },
+      { event: 'complained', messageId: 'bo1', recipient: to },
+      { event: 'delivered', messageId: 'bo1', recipient: to },
+    ]);
+    expect(r).toEqual({ success: true, applied: 3, duplicates: 0 });
+    expect(await sendStatus(db, send)).toBe('complained');
+    expect(app.emitted.map((e) => [e.name, (e.data as any).emailId, (e.data as any).contactId])).toEqual([
+      ['email.delivered', send, contactId],
+      ['email.complained', send, contactId],
+    ]);
+    expect(await suppressed(to)).toBe('complaint');
+    const act = await db.pool.query('SELECT type, send_id, contact_id FROM contact_activity WHERE email = $1 ORDER BY type', [to]);
+    expect(act.rows).toEqual([
+      { type: 'email.complained', send_id: send, contact_id: contactId },
+      { type: 'email.delivered', send_id: send, contact_id: contactId },
+      { type: 'email.delivered', send_id: send, contact_id: contactId },
+    ]);
+    const fb = await db.pool.query(`SELECT type, send_id FROM feedback_events WHERE provider_message_id = 'bo1' ORDER BY type`);
+    expect(fb.rows).toEqual([
+      { type: 'complained', send_id: send },
+      { type: 'delivered', send_id: send },
+      { type: 'delivered', send_id: send },
+    ]);
+  });
+
+  it('a repeated event id counts once, and the first blocklist reason in the request is kept', async () => {
+    const to = 'batch-first@example.test';
+    const body = [
+      { id: 'dup-in-batch', timestamp: NOW_S - 1, event: 'bounced', messageId: 'bf', recipient: to, bounce: { type: 'hard', reason: 'userunknown' } },
+      { id: 'dup-in-batch', timestamp: NOW_S - 1, event: 'bounced', messageId: 'bf', recipient: to, bounce: { type: 'hard', reason: 'userunknown' } },
+      { id: 'after-dup', timestamp: NOW_S - 1, event: 'complained', messageId: 'bf', recipient: to },
+    ];
+    const text = JSON.stringify(body);
+    const res = await fetch(`${app.url}/webhooks/relay`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-relay-timestamp': String(NOW_S), 'x-relay-signature': hexHmac(SECRETS.RELAY_WEBHOOK_SECRET, NOW_S, text) },
+      body: text,
+    });
+    expect(await res.json()).toEqual({ success: true, applied: 2, duplicates: 1 });
+    expect(await suppressed(to)).toBe('hard_bounce');
+    const act = await db.pool.query('SELECT type FROM contact_activity WHERE email = $1 ORDER BY type', [to]);
+    expect(act.rows.map((r) => r.type)).toEqual(['email.bounced', 'email.complained']);
+  });
+
+  it('one provider message to several recipients: each event finds its own send; without a recipient match it finds none', async () => {
+    const a = await createSend(db, { to: 'Multi-A@example.test', providerMessageId: 'pm-multi', provider: 'smtp' });
+    const b = await createSend(db, { to: 'multi-b@example.test', providerMessageId: 'pm-multi', provider: 'smtp' });
+    await relay([
+      { event: 'delivered', messageId: 'pm-multi', recipient: 'multi-b@example.test' },
+      { event: 'bounced', messageId: 'pm-multi', recipient: 'multi-a@example.test', bounce: { type: 'hard' } },
+      { event: 'delivered', messageId: 'pm-multi', recipient: 'multi-c@example.test' },
+    ]);
+    expect([await sendStatus(db, a), await sendStatus(db, b)]).toEqual(['bounced', 'delivered']);
+    expect(app.emitted.map((e) => [e.name, (e.data as any).emailId])).toEqual([
+      ['email.delivered', b],
+      ['email.bounced', a],
+    ]);
+    expect(await suppressed('multi-a@example.test')).toBe('hard_bounce');
+    expect((await db.pool.query(`SELECT send_id FROM contact_activity WHERE email = 'multi-c@example.test'`)).rows).toEqual([{ send_id: null }]);
+  });
+});
+
 describe('feedback without a known send', () => {
   it('still blocklists and records activity (with the contact when one exists) but emits no customer event', async () => {
     const contactId = await createContact(db, 'Stranger@Example.test');
