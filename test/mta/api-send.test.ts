@@ -1,5 +1,6 @@
 /** POST /send: validation, authentication and scoping, engagement bands, idempotency, back-pressure. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { hasForbiddenKey } from '../../src/mta/routes/send.js';
 import { emailJob, MASTER, startMta, type TestMta } from './helpers.js';
 
 let t: TestMta;
@@ -58,6 +59,29 @@ describe('accepting a job', () => {
     expect(bad.status).toBe(400);
     const poisoned = await fetch(`${t.url}/send`, { method: 'POST', headers: { authorization: `Bearer ${MASTER}`, 'content-type': 'application/json' }, body: '{"__proto__":{"x":1}}' });
     expect(poisoned.status).toBe(400);
+  });
+
+  it('refuses a __proto__ key anywhere in an otherwise valid job (escaped too), like Fastify\'s parser, and queues nothing', async () => {
+    const depth = async () => Number((await t.db.pool.query(`SELECT count(*) FROM queue_jobs WHERE queue = 'mta'`)).rows[0].count);
+    const before = await depth();
+    const valid = JSON.stringify(emailJob({ messageId: 'proto-1' }));
+    for (const injected of ['"headers":{"__proto__":"x"}', '"headers":{"\\u005f_proto__":"x"}']) {
+      const body = valid.replace(/^\{/, `{${injected},`);
+      const res = await fetch(`${t.url}/send`, { method: 'POST', headers: { authorization: `Bearer ${MASTER}`, 'content-type': 'application/json' }, body });
+      expect(res.status, injected).toBe(400);
+      expect(await res.json()).toEqual({ error: { message: 'Request body is not valid JSON', category: 'invalid_input', data: { reason: 'invalid_json' } } });
+    }
+    // The same job with an ordinary header is accepted: the refusal is about the key.
+    const ok = await fetch(`${t.url}/send`, { method: 'POST', headers: { authorization: `Bearer ${MASTER}`, 'content-type': 'application/json' }, body: valid.replace(/^\{/, '{"headers":{"X-Proto":"x"},') });
+    expect(ok.status).toBe(202);
+    expect(await depth()).toBe(before + 1);
+  });
+
+  it('hasForbiddenKey: the keys secure-json-parse refuses, at any depth, and nothing else', () => {
+    expect(hasForbiddenKey(JSON.parse('{"a":[{"b":{"__proto__":1}}]}'))).toBe(true);
+    expect(hasForbiddenKey(JSON.parse('{"a":{"constructor":{"prototype":{}}}}'))).toBe(true);
+    expect(hasForbiddenKey(JSON.parse('{"constructor":"a string","proto":{"prototype":1},"x":["__proto__"]}'))).toBe(false);
+    expect(hasForbiddenKey(JSON.parse('[1,"a",null]'))).toBe(false);
   });
 
   it('groups by <ipPool>:<recipientDomain>', async () => {

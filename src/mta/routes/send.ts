@@ -56,8 +56,20 @@ type RawJsonRequest = { rawJson?: string };
 function sendRoute(app: HttpApp, m: MtaContext, intake: GroupCommit<MtaJobPayload>): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    (req as RawJsonRequest).rawJson = body as string;
-    parseJson(req, body as string, done);
+    const text = body as string;
+    (req as RawJsonRequest).rawJson = text;
+    // Fastify's parser finds __proto__ / constructor keys with two regex scans of the whole
+    // text (2 % of the product's CPU at 100 KB); walking the parsed keys is the same rule for
+    // a few dozen keys. Anything it would refuse, or cannot parse, still goes to it, so its
+    // answers are unchanged.
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      return parseJson(req, text, done);
+    }
+    if (hasForbiddenKey(parsed)) return parseJson(req, text, done);
+    done(null, parsed);
   });
   app.post(
     '/send',
@@ -107,6 +119,18 @@ function sendRoute(app: HttpApp, m: MtaContext, intake: GroupCommit<MtaJobPayloa
       return { data: { jobId, messageId: payload.messageId, status: 'queued' as const } };
     },
   );
+}
+
+/** A `__proto__` key, or a `constructor` key holding a `prototype` (what secure-json-parse refuses), at any depth. */
+export function hasForbiddenKey(value: unknown): boolean {
+  if (value === null || typeof value !== 'object') return false;
+  for (const key of Object.keys(value)) {
+    const v = (value as Record<string, unknown>)[key];
+    if (key === '__proto__') return true;
+    if (key === 'constructor' && v !== null && typeof v === 'object' && Object.hasOwn(v, 'prototype')) return true;
+    if (hasForbiddenKey(v)) return true;
+  }
+  return false;
 }
 
 /** Field rules the schema cannot say; returns the queue payload. */
