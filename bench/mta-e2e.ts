@@ -149,6 +149,13 @@ export async function runEndToEnd(o: {
   const receiver = o.role === 'mta' ? createServer((req, res) => req.resume().on('end', () => res.writeHead(204).end())) : null;
   if (receiver) await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
   const events: Record<string, string> = receiver ? { MTA_WEBHOOK_URL: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/webhooks/mta` } : {};
+  // A product that fails to start must not leave its data directory (generated secrets), the
+  // receiver or the scratch database behind.
+  const cleanup = async () => {
+    if (receiver) await new Promise((r) => receiver.close(r));
+    rmSync(dataDir, { recursive: true, force: true });
+    await scratch.drop();
+  };
   const product = await startProduct({
     role: o.role,
     env: {
@@ -174,6 +181,9 @@ export async function runEndToEnd(o: {
       ...(process.env.BENCH_WORKER_CONCURRENCY ? { WORKER_CONCURRENCY: process.env.BENCH_WORKER_CONCURRENCY } : {}),
       ...events,
     },
+  }).catch(async (err: unknown) => {
+    await cleanup();
+    throw err;
   });
   const client = jsonClient(product.mtaUrl!, MTA_KEY);
   try {
@@ -202,8 +212,6 @@ export async function runEndToEnd(o: {
   } finally {
     client.close();
     await product.stop();
-    if (receiver) await new Promise((r) => receiver.close(r));
-    rmSync(dataDir, { recursive: true, force: true });
-    await scratch.drop();
+    await cleanup();
   }
 }
