@@ -61,6 +61,29 @@ describe('accepting a job', () => {
     expect(poisoned.status).toBe(400);
   });
 
+  it('stores a body with a UTF-8 byte order mark without the mark, and a body with invalid UTF-8 as its decoded form', async () => {
+    const post = (bytes: Buffer) =>
+      fetch(`${t.url}/send`, { method: 'POST', headers: { authorization: `Bearer ${MASTER}`, 'content-type': 'application/json' }, body: bytes });
+    const stored = async (res: Response) => {
+      expect(res.status).toBe(202);
+      const id = ((await res.json()) as any).data.jobId;
+      const text = (await t.db.pool.query<{ payload: string }>('SELECT payload FROM queue_jobs WHERE id = $1', [id])).rows[0]!.payload;
+      return { text, job: await job(id) };
+    };
+    const bom = await stored(await post(Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(JSON.stringify(emailJob({ messageId: 'bom-1', html: '<p>caf\u00e9</p>' })))])));
+    expect(bom.text.charCodeAt(0)).not.toBe(0xfeff);
+    expect(JSON.parse(bom.text)).toMatchObject({ messageId: 'bom-1', html: '<p>caf\u00e9</p>' });
+    expect(bom.job!.payload).toMatchObject({ messageId: 'bom-1', html: '<p>caf\u00e9</p>' });
+
+    // 0xff is never UTF-8: decoded as U+FFFD, and the stored text is that decoded form.
+    const valid = Buffer.from(JSON.stringify(emailJob({ messageId: 'bad-utf8-1', html: '<p>AB</p>' })));
+    const at = valid.indexOf('AB');
+    valid[at] = 0xff;
+    const bad = await stored(await post(valid));
+    expect(bad.job!.payload).toMatchObject({ messageId: 'bad-utf8-1', html: '<p>\ufffdB</p>' });
+    expect(JSON.parse(bad.text).html).toBe('<p>\ufffdB</p>');
+  });
+
   it('refuses a __proto__ key anywhere in an otherwise valid job (escaped too), like Fastify\'s parser, and queues nothing', async () => {
     const depth = async () => Number((await t.db.pool.query(`SELECT count(*) FROM queue_jobs WHERE queue = 'mta'`)).rows[0].count);
     const before = await depth();

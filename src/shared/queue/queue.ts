@@ -278,10 +278,10 @@ export class Queue<P = unknown> {
       if (!Number.isInteger(priority)) throw new Error('priority must be an integer');
       if (e.runAt !== undefined && !Number.isFinite(e.runAt)) throw new Error('runAt must be epoch milliseconds');
       const payload = e.payloadJson ?? JSON.stringify(e.payload);
-      if (typeof payload !== 'string') throw new Error('payload must be JSON-serialisable');
+      if (typeof payload !== 'string' && !Buffer.isBuffer(payload)) throw new Error('payload must be JSON-serialisable');
       groups.push(e.groupKey);
       priorities.push(priority);
-      const bytes = Buffer.from(payload, 'utf8');
+      const bytes = typeof payload === 'string' ? Buffer.from(payload, 'utf8') : payload;
       payloads.push(bytes);
       offsets.push(at);
       lengths.push(bytes.length);

@@ -31,9 +31,10 @@ export interface EnqueueInput<P> {
   payload: P;
   /**
    * `payload` already serialised as JSON (it must parse to `payload`): stored as it is, which
-   * spares serialising a large payload the caller received as JSON text (POST /send).
+   * spares serialising a large payload the caller received as JSON text (POST /send). A
+   * Buffer is that text's UTF-8 bytes (they must be valid UTF-8), stored without re-encoding.
    */
-  payloadJson?: string;
+  payloadJson?: string | Buffer;
   /** Lower runs first within a group. Default 0. */
   priority?: number;
   /** Epoch ms; default now. */
