@@ -1181,3 +1181,31 @@ describe('queue: group pauses', () => {
     expect(await groupRows(setup)).toBe(0);
   }, 180_000);
 });
+
+describe('a stored payload that does not parse', () => {
+  it('fails that job alone at claim; the jobs claimed with it run (claim and finishAndClaim)', async () => {
+    const clock = new ManualClock(Date.UTC(2026, 0, 1));
+    const q = makeQueue(clock);
+    const [good, bad, good2, bad2] = await q.enqueueMany([
+      { groupKey: 'g1', payload: { n: 1 } },
+      { groupKey: 'g2', payload: { n: 2 } },
+      { groupKey: 'g3', payload: { n: 3 } },
+      { groupKey: 'g4', payload: { n: 4 } },
+    ]);
+    // As a row written by a faulty producer (or an older version) could hold.
+    await db.pool.query(`UPDATE queue_jobs SET payload = '\uFEFF{"n": 2}' WHERE id = $1`, [bad]);
+    await db.pool.query(`UPDATE queue_jobs SET payload = '{"n":' WHERE id = $1`, [bad2]);
+
+    const first = await q.claim('w1', 2);
+    const second = await q.finishAndClaim(first.map((job) => ({ job, outcome: { type: 'complete' } })), 'w1', 10);
+    const ran = [...first, ...second.jobs].map((j) => j.payload.n).sort();
+    expect(ran).toEqual([1, 3]);
+    for (const id of [bad!, bad2!]) {
+      const row = (await db.pool.query(`SELECT state, last_error FROM queue_jobs WHERE id = $1`, [id])).rows[0];
+      expect(row.state, id).toBe('failed');
+      expect(row.last_error).toMatch(/stored payload is not valid JSON/);
+    }
+    for (const id of [good!, good2!]) expect((await db.pool.query(`SELECT state FROM queue_jobs WHERE id = $1`, [id])).rows[0].state).not.toBe('failed');
+  });
+});
+

@@ -343,7 +343,26 @@ export class Queue<P = unknown> {
       }),
     );
     if (this.cache) await this.attachPayloads(res.rows);
-    return res.rows.map((r) => toJob<P>(r));
+    return this.claimedJobs(res.rows);
+  }
+
+  /**
+   * Claimed rows as jobs. A row whose stored payload does not parse can never run: it is
+   * failed at once, so it does not hold the jobs claimed with it until their leases pass,
+   * claim after claim.
+   */
+  private async claimedJobs(rows: JobRow[]): Promise<Job<P>[]> {
+    const jobs: Job<P>[] = [];
+    const unusable: FinishItem<P>[] = [];
+    for (const r of rows) {
+      try {
+        jobs.push(toJob<P>(r));
+      } catch (err) {
+        unusable.push({ job: toJob<P>({ ...r, payload: null }), outcome: { type: 'fail', error: `stored payload is not valid JSON: ${(err as Error).message}` } });
+      }
+    }
+    if (unusable.length > 0) await this.applyMany(unusable);
+    return jobs;
   }
 
   /**
@@ -392,13 +411,13 @@ export class Queue<P = unknown> {
     );
     if (this.cache) await this.attachPayloads(res.rows);
     const states = new Map<string, JobState>();
-    const jobs: Job<P>[] = [];
+    const claimed: JobRow[] = [];
     for (const r of res.rows) {
       // Claimed jobs come back active; applied outcomes never leave a job active.
-      if (r.state === 'active') jobs.push(toJob<P>(r));
+      if (r.state === 'active') claimed.push(r);
       else states.set(String(r.id), r.state);
     }
-    return { states: enc[0].map((id) => states.get(id) ?? null), jobs };
+    return { states: enc[0].map((id) => states.get(id) ?? null), jobs: await this.claimedJobs(claimed) };
   }
 
   private encodeOutcomes(items: FinishItem<P>[]): [string[], number[], string[], (number | null)[], (string | null)[]] {
