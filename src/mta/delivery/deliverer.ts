@@ -167,14 +167,15 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
     const attempts: { mxHost: string; error: string }[] = [];
     // Signed messages per body encoding, shared by every host tried. The 8bit form is started
     // at once (nearly every server offers 8BITMIME); a server without it gets the encoded form.
-    const built = new Map<boolean, Promise<{ wire: string; eightBit: boolean; smtpUtf8: boolean }>>();
+    // `parts`: the DKIM-Signature fields and the message, written to the socket without joining.
+    const built = new Map<boolean, Promise<{ parts: [string, string]; size: number; eightBit: boolean; smtpUtf8: boolean }>>();
     const build = (eightBit: boolean) => {
       let p = built.get(eightBit);
       if (!p) {
         p = (async () => {
           const b = buildMessage(msg, { messageIdHeader, date: now, eightBit });
           const sig = await dkimSign(b.wire, keys, Math.floor(now / 1000));
-          return { wire: sig + b.wire, eightBit: b.eightBit, smtpUtf8: b.smtpUtf8 };
+          return { parts: [sig, b.wire] as [string, string], size: sig.length + b.wire.length, eightBit: b.eightBit, smtpUtf8: b.smtpUtf8 };
         })();
         // Handled where awaited; this keeps an unused speculative build from being "unhandled".
         p.catch(() => {});
@@ -248,7 +249,7 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
             reusable = true;
             return { status: 'bounced', hard: false, code: 553, enhancedCode: '5.6.7', reason: 'contenterror', response: `${host.name} does not offer SMTPUTF8, which the address needs`, mxHost: host.name };
           }
-          const response = await session.send({ from: envelopeFrom, to: to.address, size: b.wire.length, eightBit: b.eightBit, smtpUtf8: b.smtpUtf8 }, b.wire, o.clock.now());
+          const response = await session.send({ from: envelopeFrom, to: to.address, size: b.size, eightBit: b.eightBit, smtpUtf8: b.smtpUtf8 }, b.parts, o.clock.now());
           reusable = true;
           const r = classifyReply(response, host.name, session.tls);
           return r.status === 'sent' && session.tlsFallback ? { ...r, tlsFallback: true } : r;

@@ -127,4 +127,24 @@ describe('SMTP DATA block', () => {
     expect(out).toBe('x\r\n..\r\ny\r\n..\r\nz\r\n.\r\n');
     expect(dataBlock(Buffer.from('ok\r\n')).toString()).toBe('ok\r\n.\r\n');
   });
+
+  it('from pieces (signature fields + message) gives exactly the block of the joined text, written directly or through the general path', async () => {
+    const { dataBlock } = await import('../../../src/mta/delivery/smtp.js');
+    const sig = 'DKIM-Signature: v=1; a=rsa-sha256;\r\n\tb=abc\r\n';
+    const cases: string[][] = [
+      [sig, 'From: a@b\r\n\r\n<p>caf\xe9</p>\r\n'], // direct: nothing to change
+      [sig, 'From: a@b\r\n\r\nno final line break'], // direct, CRLF appended
+      [sig, 'From: a@b\r\n\r\n.leading dot\r\n'], // a dot inside a part
+      [sig, '.first line of a part is a dot\r\n'], // a dot at a part's start
+      [sig, 'lone\nLF and lone\rCR\r\n.\n'], // line breaks to repair
+      ['no CRLF at the end of a non-final part', '\r\n.x\r\n'], // a CRLF and a dot across the boundary
+      ['', 'x\r\n'],
+      [sig, ''],
+    ];
+    for (const parts of cases) {
+      expect(dataBlock(parts).toString('latin1'), JSON.stringify(parts)).toBe(dataBlock(parts.join('')).toString('latin1'));
+    }
+    expect(dataBlock(cases[1]!).toString('latin1')).toBe(`${sig}From: a@b\r\n\r\nno final line break\r\n.\r\n`);
+    expect(dataBlock(cases[5]!).toString('latin1')).toBe('no CRLF at the end of a non-final part\r\n..x\r\n.\r\n');
+  });
 });

@@ -22,6 +22,15 @@ export function relaxedHeader(field: string): string {
 
 /** Relaxed body canonicalization. `body` is everything after the blank line that ends the header. */
 export function relaxedBody(body: string): string {
+  const { text, end } = relaxedBodyPrefix(body);
+  return end === 0 ? '' : `${text.slice(0, end)}\r\n`;
+}
+
+/**
+ * The canonical body as `text.slice(0, end)` followed by one CRLF (nothing at all when `end`
+ * is 0), so a hash can take the two pieces without a 100 KB concatenation being copied.
+ */
+export function relaxedBodyPrefix(body: string): { text: string; end: number } {
   let s = body;
   // Fast path: bodies we build (QP/base64/7bit) rarely contain runs of white space.
   if (s.includes('  ') || s.includes('\t')) s = s.replace(/[ \t]+/g, ' ');
@@ -34,8 +43,7 @@ export function relaxedBody(body: string): string {
     else if (c === 0x20) end -= 1;
     else break;
   }
-  if (end === 0) return '';
-  return `${s.slice(0, end)}\r\n`;
+  return { text: s, end };
 }
 
 /** A parsed header block: fields in order, each the exact text (folding kept, no final CRLF). */

@@ -8,7 +8,7 @@
  */
 import { createHash, sign as cryptoSign, type KeyObject } from 'node:crypto';
 import { DKIM_SIGNED_HEADERS } from '../settings.js';
-import { relaxedBody, relaxedHeader, splitHeaders, type HeaderField } from './canonicalize.js';
+import { relaxedBodyPrefix, relaxedHeader, splitHeaders, type HeaderField } from './canonicalize.js';
 
 export type DkimAlgorithm = 'rsa' | 'ed25519';
 
@@ -82,7 +82,10 @@ export async function dkimSign(message: Buffer | string, keys: ParsedDkimKey[], 
   const fields = splitHeaders(headerBlock);
   const names = signedHeaderNames(fields);
   const headerData = canonicalHeaders(fields, names);
-  const bh = createHash('sha256').update(relaxedBody(body), 'latin1').digest('base64');
+  const canon = relaxedBodyPrefix(body);
+  const bodyHash = createHash('sha256');
+  if (canon.end > 0) bodyHash.update(canon.text.slice(0, canon.end), 'latin1').update('\r\n', 'latin1');
+  const bh = bodyHash.digest('base64');
 
   const signatures = await Promise.all(
     keys.map(async (k) => {
