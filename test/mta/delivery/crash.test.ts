@@ -6,6 +6,9 @@
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { generateKeyPairSync } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -28,6 +31,8 @@ let db: TestDatabase;
 let dns: DnsServer;
 let sink: SmtpSink;
 let child: ChildProcess | undefined;
+// Both starts share it (the restart reuses the generated secrets); removed afterwards.
+const dataDir = mkdtempSync(join(tmpdir(), 'lm-crash-test-'));
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -44,6 +49,7 @@ afterAll(async () => {
   child?.kill('SIGKILL');
   await Promise.all([sink?.close(), dns?.stop()]);
   await db?.drop();
+  rmSync(dataDir, { recursive: true, force: true });
 });
 
 async function startMta(): Promise<{ proc: ChildProcess; url: string }> {
@@ -57,7 +63,7 @@ async function startMta(): Promise<{ proc: ChildProcess; url: string }> {
       LOG_LEVEL: 'silent',
       HOST: '127.0.0.1',
       MTA_PORT: '0',
-      DATA_DIR: '/tmp',
+      DATA_DIR: dataDir,
       DATABASE_URL: db.url,
       MTA_API_KEY: MTA_KEY,
       BOUNCE_VERP_KEY: VERP_KEY,
