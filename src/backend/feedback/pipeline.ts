@@ -186,7 +186,7 @@ async function recordEvents(c: DbClient, events: FeedbackEvent[], sendOf: Map<Li
     const y = events[b]!;
     return x.source < y.source ? -1 : x.source > y.source ? 1 : x.eventId < y.eventId ? -1 : x.eventId > y.eventId ? 1 : 0;
   });
-  const col = <T>(f: (ev: FeedbackEvent, i: number) => T) => rows.map((i) => f(events[i]!, i));
+  const col = <T>(f: (ev: FeedbackEvent) => T) => rows.map((i) => f(events[i]!));
   const lc = (ev: FeedbackEvent) => (ev.kind === 'lifecycle' ? ev : null);
   const newIds = col(() => newId('fbe', now));
   const r = await c.query<{ id: string }>({
@@ -202,9 +202,10 @@ async function recordEvents(c: DbClient, events: FeedbackEvent[], sendOf: Map<Li
       col((ev) => (ev.kind === 'lifecycle' ? ev.status : ev.kind === 'inbound' ? 'inbound.received' : ev.event)),
       col((ev) => lc(ev)?.recipient ?? null),
       col((ev) => lc(ev)?.providerMessageId ?? null),
+      // The send found, else the id the provider echoed (kept even when unknown here).
       col((ev) => {
         const l = lc(ev);
-        return l ? (sendOf.get(l)?.id ?? null) : null;
+        return l ? (sendOf.get(l)?.id ?? l.sendId ?? null) : null;
       }),
       col((ev) => {
         const l = lc(ev);

@@ -96,14 +96,14 @@ export async function saveSendStatuses(c: DbClient, sends: Iterable<SendRef>, no
   for (const s of moved) s.stored = s.status;
 }
 
-/** Contact ids by lower-cased address (one statement; the lowest id when several match). */
+/** Contact ids by lower-cased address (one statement; `lower(email)` is unique). */
 export async function findContactIds(c: DbClient, emails: Iterable<string>): Promise<Map<string, string>> {
   const list = [...new Set(emails)];
   const out = new Map<string, string>();
   if (list.length === 0) return out;
   const r = await c.query<{ email: string; id: string }>({
     name: 'lm_fb_contacts_by_email',
-    text: `SELECT DISTINCT ON (lower(email)) lower(email) AS email, id FROM contacts WHERE lower(email) = ANY ($1::text[]) ORDER BY lower(email), id`,
+    text: `SELECT lower(email) AS email, id FROM contacts WHERE lower(email) = ANY ($1::text[])`,
     values: [list],
   });
   for (const row of r.rows) out.set(row.email, row.id);

@@ -205,6 +205,19 @@ describe('feedback without a known send', () => {
     expect(await sendStatus(db, send)).toBe('delivered');
     expect(app.emitted.map((e) => [e.name, (e.data as any).emailId])).toEqual([['email.delivered', send]]);
   });
+
+  it('records the send id a provider echoes even when no such send exists here, and the found send otherwise', async () => {
+    const send = await createSend(db, { to: 'echo2@example.test', providerMessageId: 'pm-echo2', provider: 'smtp' });
+    await relay([
+      { event: 'delivered', messageId: 'pm-unknown-echo', recipient: 'echo3@example.test', metadata: { sendId: 'es_not_here' } },
+      { event: 'delivered', messageId: 'pm-echo2', recipient: 'echo2@example.test' },
+    ]);
+    const rows = await db.pool.query(`SELECT provider_message_id, send_id FROM feedback_events WHERE provider_message_id IN ('pm-unknown-echo', 'pm-echo2') ORDER BY provider_message_id`);
+    expect(rows.rows).toEqual([
+      { provider_message_id: 'pm-echo2', send_id: send },
+      { provider_message_id: 'pm-unknown-echo', send_id: 'es_not_here' },
+    ]);
+  });
 });
 
 describe('other providers through the same pipeline', () => {
