@@ -1,3 +1,4 @@
+import { Batcher } from '../shared/batch.js';
 import { toIso, unixSeconds, type Clock } from '../shared/clock.js';
 import type { Config } from '../shared/config.js';
 import { hmacSha256Hex, newId } from '../shared/crypto.js';
@@ -33,25 +34,36 @@ export interface EventJob {
 const POST_TIMEOUT_MS = 10_000;
 
 /**
- * Events emitted in the same turn of the event loop leave in one POST, a JSON array of up to
- * this many bodies (a lone event is posted as the object itself). One request per delivered
- * message cost the MTA about a tenth of its CPU at 5 KB (`perf`); the backend applies a batch
- * in one transaction anyway.
+ * First posts: events that arrive while a post slot is free leave together on the next turn of
+ * the event loop (a lone event is posted as the object itself, several as a JSON array); while
+ * every slot is busy they accumulate, and the next free slot takes up to EVENT_POST_BATCH of
+ * them (the backend's `/webhooks/mta` takes 1 – 500). One request per delivered message cost
+ * the MTA about a tenth of its CPU at 5 KB (`perf`). The cap on posts in flight is the
+ * backpressure: a slow backend gets fewer, larger requests instead of ever more concurrent
+ * ones that time out and are queued for retry while the first may still commit.
  */
-export const EVENT_POST_BATCH = 100;
+export const EVENT_POSTS = { maxInFlight: 4, maxItems: 500, maxBytes: 2 * 1024 * 1024 };
+export const EVENT_POST_BATCH = EVENT_POSTS.maxItems;
+
+/** An emitted event with its body serialised once (the batch body is these texts joined). */
+interface Outgoing {
+  job: EventJob;
+  text: string;
+}
 
 /**
  * Posts `{ event, timestamp, data }` to MTA_WEBHOOK_URL, signed: `X-MTA-Timestamp` (Unix
  * seconds) and `X-MTA-Signature` = hex HMAC-SHA256 of `<timestamp>.<body>` with
- * MTA_WEBHOOK_SECRET. The first post is made at once (events of the same event-loop turn
- * together, as a JSON array: EVENT_POST_BATCH); a failure goes to the `mta-events` queue
- * (durable, retried by backoff, one event per post) and, after the last attempt, to the
- * dead-letter queue.
+ * MTA_WEBHOOK_SECRET. The first post is made at once (batched: EVENT_POSTS); a failure goes to
+ * the `mta-events` queue (durable, retried by backoff, one event per post) and, after the last
+ * attempt, to the dead-letter queue.
  */
 export class Notifier implements MtaEvents {
   private readonly inFlight = new Set<Promise<void>>();
-  /** Emitted, not yet posted (this turn's batch). */
-  private pending: { job: EventJob; done: () => void }[] = [];
+  private readonly posts = new Batcher<Outgoing, void>(async (batch) => {
+    await (batch.length === 1 ? this.first(batch[0]!.job, batch[0]!.text) : this.firstBatch(batch));
+    return batch.map(() => undefined);
+  }, EVENT_POSTS);
   private worker: Worker<EventJob> | null = null;
   private warnedUnconfigured = false;
   private readonly http = new PeerClient();
@@ -68,36 +80,26 @@ export class Notifier implements MtaEvents {
   emit(event: MtaEventName, data: Record<string, unknown>): Promise<void> {
     const now = this.clock.now();
     const job: EventJob = { id: newId('mevt', now), body: { event, timestamp: toIso(now), data }, createdAt: now, priorAttempts: 1 };
-    if (this.pending.length === 0) setImmediate(() => this.flush());
-    const p = new Promise<void>((done) => this.pending.push({ job, done })).finally(() => this.inFlight.delete(p));
+    const text = JSON.stringify(job.body);
+    // first/firstBatch never throw: a failed post is queued for retry (or logged as lost).
+    const p = this.posts.submit({ job, text }, text.length).finally(() => this.inFlight.delete(p));
     this.inFlight.add(p);
-    if (this.pending.length >= EVENT_POST_BATCH) this.flush();
     return p;
-  }
-
-  private flush(): void {
-    const batch = this.pending;
-    if (batch.length === 0) return;
-    this.pending = [];
-    const jobs = batch.map((b) => b.job);
-    void (jobs.length === 1 ? this.first(jobs[0]!) : this.firstBatch(jobs)).finally(() => {
-      for (const b of batch) b.done();
-    });
   }
 
   /**
    * One POST for the batch. Refused with a 4xx (the backend could not take one of them), each
    * is posted alone so the others still go through; any other failure queues them all.
    */
-  private async firstBatch(jobs: EventJob[]): Promise<void> {
-    const error = await this.send(JSON.stringify(jobs.map((j) => j.body)), jobs.map((j) => j.body.event));
+  private async firstBatch(batch: Outgoing[]): Promise<void> {
+    const error = await this.send(`[${batch.map((o) => o.text).join(',')}]`, batch.map((o) => o.job.body.event));
     if (error === null || error === 'unconfigured') return;
-    if (/^HTTP 4/.test(error)) await Promise.all(jobs.map((j) => this.first(j)));
-    else await Promise.all(jobs.map((j) => this.queueForRetry(j)));
+    if (/^HTTP 4/.test(error)) await Promise.all(batch.map((o) => this.first(o.job, o.text)));
+    else await Promise.all(batch.map((o) => this.queueForRetry(o.job)));
   }
 
-  private async first(job: EventJob): Promise<void> {
-    const error = await this.post(job.body);
+  private async first(job: EventJob, text: string): Promise<void> {
+    const error = await this.send(text, [job.body.event]);
     if (error === null) return;
     if (error === 'unconfigured') return;
     await this.queueForRetry(job);
@@ -200,6 +202,7 @@ export class Notifier implements MtaEvents {
 
   /** Waits for first posts in flight, then stops the retry worker. */
   async stop(): Promise<void> {
+    await this.posts.drain();
     await Promise.allSettled([...this.inFlight]);
     await this.worker?.stop();
     this.http.close();

@@ -2,7 +2,7 @@
 import { createHmac } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Job } from '../../src/shared/queue/types.js';
-import type { EventJob } from '../../src/mta/notifier.js';
+import { EVENT_POSTS, type EventJob } from '../../src/mta/notifier.js';
 import { startHttpReceiver, type HttpReceiver } from '../harness/http-receiver.js';
 import { startMta, type TestMta } from './helpers.js';
 
@@ -98,6 +98,30 @@ describe('posting events', () => {
     const jobs = await runRetries();
     expect(jobs.map((j) => (j.payload.body.data as { messageId: string }).messageId).sort()).toEqual(['d-1', 'd-2', 'd-3']);
     expect(backend.requests).toHaveLength(4);
+    expect(await eventsQueue().depth()).toBe(before);
+  });
+
+  it('caps the posts in flight: events emitted meanwhile wait and leave together in the next free slot', async () => {
+    const before = await eventsQueue().depth();
+    backend.setResponder(() => ({ delayMs: 300 }));
+    const turns = EVENT_POSTS.maxInFlight + 6;
+    const emitted: Promise<void>[] = [];
+    const ids: string[] = [];
+    for (let turn = 0; turn < turns; turn++) {
+      for (let i = 0; i < 10; i++) {
+        ids.push(`bp-${turn}-${i}`);
+        emitted.push(notifier().emit('sent', { messageId: ids.at(-1) }));
+      }
+      await new Promise((r) => setImmediate(r)); // the next event-loop turn
+    }
+    // Without the cap every turn would have its own post, all of them in flight at once.
+    await new Promise((r) => setTimeout(r, 100));
+    expect(backend.requests).toHaveLength(EVENT_POSTS.maxInFlight);
+    await Promise.all(emitted);
+    const sizes = backend.requests.map((r) => (JSON.parse(r.rawBody.toString()) as unknown[]).length);
+    expect(sizes).toEqual([...Array(EVENT_POSTS.maxInFlight).fill(10), 60]);
+    const posted = backend.requests.flatMap((r) => (JSON.parse(r.rawBody.toString()) as { data: { messageId: string } }[]).map((e) => e.data.messageId));
+    expect(posted).toEqual(ids);
     expect(await eventsQueue().depth()).toBe(before);
   });
 
