@@ -90,5 +90,13 @@ describe('relaxed canonicalization (RFC 6376 §3.4.5 example)', () => {
     expect(relaxedBody('')).toBe('');
     expect(relaxedBody('\r\n\r\n')).toBe('');
     expect(relaxedBody('abc')).toBe('abc\r\n');
+    // Each trigger on its own (the fast path must not skip any of them).
+    expect(relaxedBody('a  b\r\n')).toBe('a b\r\n');
+    expect(relaxedBody('a\tb\r\n')).toBe('a b\r\n');
+    expect(relaxedBody('a \r\nb\r\n')).toBe('a\r\nb\r\n');
+    expect(relaxedBody('a \t \r\n')).toBe('a\r\n');
+    expect(relaxedBody('a b c\r\nd e\r\n')).toBe('a b c\r\nd e\r\n');
+    expect(relaxedBody('a \rb\r\n')).toBe('a \rb\r\n'); // a lone CR is not a line break
+    expect(relaxedBody('end ')).toBe('end\r\n');
   });
 });
