@@ -518,6 +518,29 @@ describe('/queue', () => {
   });
 });
 
+describe('/queue with a stored payload that does not parse', () => {
+  it('lists and shows the job with null payload fields and the reason, and cancels it', async () => {
+    const sent = await t.call('POST', '/send', emailJob({ to: 'x@q-broken.example', organizationId: 'org-qb' }));
+    const jobId = sent.body.data.jobId as string;
+    await t.db.pool.query(`UPDATE queue_jobs SET payload = '\uFEFF' || payload WHERE id = $1`, [jobId]);
+
+    const listed = await t.call('GET', '/queue/pending?domain=q-broken.example');
+    expect(listed.status).toBe(200);
+    expect(listed.body.data).toEqual([
+      expect.objectContaining({ jobId, state: 'pending', messageId: null, organizationId: null, to: null, domain: null, payloadError: expect.stringMatching(/^stored payload is not valid JSON/) }),
+    ]);
+    const shown = await t.call('GET', `/queue/jobs/${jobId}`);
+    expect(shown.status).toBe(200);
+    expect(shown.body.data).toMatchObject({ jobId, groupKey: 'transactional:q-broken.example', subject: null, from: null, deliveryEvents: [], payloadError: expect.any(String) });
+    expect((await t.call('DELETE', `/queue/jobs/${jobId}`)).body.data).toEqual({ jobId, cancelled: true });
+    // A readable job carries no payloadError field.
+    const fine = await t.call('POST', '/send', emailJob({ to: 'y@q-broken.example', organizationId: 'org-qb' }));
+    const fineShown = await t.call('GET', `/queue/jobs/${fine.body.data.jobId}`);
+    expect(fineShown.body.data.to).toBe('y@q-broken.example');
+    expect(fineShown.body.data).not.toHaveProperty('payloadError');
+  });
+});
+
 describe('/openapi.json and /metrics', () => {
   it('publishes an OpenAPI 3.1 document of every route', async () => {
     const r = await t.call('GET', '/openapi.json', undefined, null);

@@ -1207,5 +1207,23 @@ describe('a stored payload that does not parse', () => {
     }
     for (const id of [good!, good2!]) expect((await db.pool.query(`SELECT state FROM queue_jobs WHERE id = $1`, [id])).rows[0].state).not.toBe('failed');
   });
+
+  it('is reported by get, getByDedupeKey and pending (payload null, payloadError), not thrown', async () => {
+    const clock = new ManualClock(Date.UTC(2026, 0, 1));
+    const q = makeQueue(clock);
+    const [ok, bad] = await q.enqueueMany([
+      { groupKey: 'i1', payload: { n: 1 } },
+      { groupKey: 'i2', payload: { n: 2 }, dedupeKey: 'inspect-bad' },
+    ]);
+    await db.pool.query(`UPDATE queue_jobs SET payload = '{"n":' WHERE id = $1`, [bad]);
+    const got = await q.get(bad!);
+    expect(got).toMatchObject({ id: bad, state: 'pending', payload: null, payloadError: expect.stringMatching(/^stored payload is not valid JSON: /) });
+    expect((await q.getByDedupeKey('inspect-bad'))!.payloadError).toBe(got!.payloadError);
+    const listed = await q.pending({ groupKeyPrefix: 'i' });
+    expect(listed.map((j) => [j.id, j.payload, j.payloadError === undefined])).toEqual([
+      [ok, { n: 1 }, true],
+      [bad, null, false],
+    ]);
+  });
 });
 

@@ -9,20 +9,23 @@ import { Data, ErrorResponse, masterErrors, OrgId } from './schemas.js';
 const iso = (t: number | null) => (t === null ? null : new Date(t).toISOString());
 const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(t: T) => Type.Union([t, Type.Null()]);
 
+// Fields read from the job's payload are null when the stored payload is not valid JSON
+// (`payloadError` says why; such a job fails at its claim) — shown, rather than a 500.
 const JobSummary = Type.Object({
   jobId: Type.String(),
   state: Type.String(),
-  messageId: Type.String(),
-  organizationId: Type.String(),
-  to: Type.String(),
-  domain: Type.String(),
-  ipPool: Type.String(),
-  band: Type.String(),
+  messageId: Nullable(Type.String()),
+  organizationId: Nullable(Type.String()),
+  to: Nullable(Type.String()),
+  domain: Nullable(Type.String()),
+  ipPool: Nullable(Type.String()),
+  band: Nullable(Type.String()),
   priority: Type.Integer(),
   attempts: Type.Integer(),
   maxAttempts: Type.Integer(),
   runAt: Type.String(),
   createdAt: Type.String(),
+  payloadError: Type.Optional(Type.String()),
 });
 const Attempt = Type.Object({
   attempt: Type.Integer(),
@@ -36,8 +39,8 @@ const JobDetails = Type.Composite([
   JobSummary,
   Type.Object({
     groupKey: Type.String(),
-    subject: Type.String(),
-    from: Type.String(),
+    subject: Nullable(Type.String()),
+    from: Nullable(Type.String()),
     finishedAt: Nullable(Type.String()),
     lastError: Nullable(Type.String()),
     history: Type.Array(Attempt),
@@ -46,21 +49,22 @@ const JobDetails = Type.Composite([
 ]);
 
 function summary(j: Job<MtaJobPayload>) {
-  const p = j.payload;
+  const p = j.payload as MtaJobPayload | null;
   return {
     jobId: j.id,
     state: j.state,
-    messageId: p.messageId,
-    organizationId: p.organizationId,
-    to: p.recipient,
-    domain: p.domain,
-    ipPool: p.ipPool,
-    band: p.band,
+    messageId: p?.messageId ?? null,
+    organizationId: p?.organizationId ?? null,
+    to: p?.recipient ?? null,
+    domain: p?.domain ?? null,
+    ipPool: p?.ipPool ?? null,
+    band: p?.band ?? null,
     priority: j.priority,
     attempts: j.attempts,
     maxAttempts: j.maxAttempts,
     runAt: iso(j.runAt)!,
     createdAt: iso(j.createdAt)!,
+    ...(j.payloadError === undefined ? {} : { payloadError: j.payloadError }),
   };
 }
 
@@ -124,13 +128,14 @@ export async function queueRoutes(app: HttpApp, m: MtaContext): Promise<void> {
     async (req) => {
       const job = await q.get(req.params.jobId);
       if (!job) throw notFound('Job not found', 'job_not_found');
-      const events = (await m.stores.logs.forMessage(job.payload.messageId)).filter((e) => e.jobId === job.id);
+      const p = job.payload as MtaJobPayload | null;
+      const events = p ? (await m.stores.logs.forMessage(p.messageId)).filter((e) => e.jobId === job.id) : [];
       return {
         data: {
           ...summary(job),
           groupKey: job.groupKey,
-          subject: job.payload.subject,
-          from: job.payload.from,
+          subject: p?.subject ?? null,
+          from: p?.from ?? null,
           finishedAt: iso(job.finishedAt),
           lastError: job.lastError,
           history: job.history,

@@ -111,6 +111,15 @@ function toJob<P>(r: JobRow): Job<P> {
   };
 }
 
+/** A row as a job whose unparsable payload is reported (`payloadError`), not thrown. */
+function inspected<P>(r: JobRow): Job<P> {
+  try {
+    return toJob<P>(r);
+  } catch (err) {
+    return { ...toJob<P>({ ...r, payload: null }), payloadError: `stored payload is not valid JSON: ${(err as Error).message}` };
+  }
+}
+
 function escapeLike(s: string): string {
   return s.replace(/[\\%_]/g, (c) => `\\${c}`);
 }
@@ -355,11 +364,9 @@ export class Queue<P = unknown> {
     const jobs: Job<P>[] = [];
     const unusable: FinishItem<P>[] = [];
     for (const r of rows) {
-      try {
-        jobs.push(toJob<P>(r));
-      } catch (err) {
-        unusable.push({ job: toJob<P>({ ...r, payload: null }), outcome: { type: 'fail', error: `stored payload is not valid JSON: ${(err as Error).message}` } });
-      }
+      const job = inspected<P>(r);
+      if (job.payloadError === undefined) jobs.push(job);
+      else unusable.push({ job, outcome: { type: 'fail', error: job.payloadError } });
     }
     if (unusable.length > 0) await this.applyMany(unusable);
     return jobs;
@@ -586,7 +593,7 @@ export class Queue<P = unknown> {
   async get(id: string): Promise<Job<P> | null> {
     if (!/^\d+$/.test(id)) return null;
     const res = await this.db.query<JobRow>('SELECT * FROM queue_jobs WHERE id = $1 AND queue = $2', [id, this.name]);
-    return res.rows[0] ? toJob<P>(res.rows[0]) : null;
+    return res.rows[0] ? inspected<P>(res.rows[0]) : null;
   }
 
   async getByDedupeKey(key: string): Promise<Job<P> | null> {
@@ -594,7 +601,7 @@ export class Queue<P = unknown> {
       this.name,
       key,
     ]);
-    return res.rows[0] ? toJob<P>(res.rows[0]) : null;
+    return res.rows[0] ? inspected<P>(res.rows[0]) : null;
   }
 
   /**
@@ -645,7 +652,7 @@ export class Queue<P = unknown> {
       `SELECT j.* FROM queue_jobs j WHERE ${where.join(' AND ')} ORDER BY j.id LIMIT ${param(limit)} OFFSET ${param(offset)}`,
       values,
     );
-    return res.rows.map((r) => toJob<P>(r));
+    return res.rows.map((r) => inspected<P>(r));
   }
 
   /** Pending (due and delayed) + active jobs, from the group rows' counters: cheap. */

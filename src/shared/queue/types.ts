@@ -63,6 +63,11 @@ export interface Job<P = unknown> {
   groupKey: string;
   priority: number;
   payload: P;
+  /**
+   * Set by the inspection reads (get, getByDedupeKey, pending) when the stored payload is not
+   * valid JSON; `payload` is then null. Such a job can never run: its claim fails it.
+   */
+  payloadError?: string;
   state: JobState;
   /** Attempts consumed; a claimed job counts its current attempt (1 on the first run). */
   attempts: number;
