@@ -36,14 +36,13 @@ const POST_TIMEOUT_MS = 10_000;
 /**
  * First posts: events that arrive while a post slot is free leave together on the next turn of
  * the event loop (a lone event is posted as the object itself, several as a JSON array); while
- * every slot is busy they accumulate, and the next free slot takes up to EVENT_POST_BATCH of
- * them (the backend's `/webhooks/mta` takes 1 – 500). One request per delivered message cost
+ * every slot is busy they accumulate, and the next free slot takes up to `maxItems` of them
+ * (the backend's `/webhooks/mta` takes 1 – 500). One request per delivered message cost
  * the MTA about a tenth of its CPU at 5 KB (`perf`). The cap on posts in flight is the
  * backpressure: a slow backend gets fewer, larger requests instead of ever more concurrent
  * ones that time out and are queued for retry while the first may still commit.
  */
 export const EVENT_POSTS = { maxInFlight: 4, maxItems: 500, maxBytes: 2 * 1024 * 1024 };
-export const EVENT_POST_BATCH = EVENT_POSTS.maxItems;
 
 /** An emitted event with its body serialised once (the batch body is these texts joined). */
 interface Outgoing {

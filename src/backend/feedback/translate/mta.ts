@@ -37,7 +37,7 @@ function smtpReply(data: Json): string | null {
   return code !== null && !/^\d{3}\b/.test(text) ? `${code} ${text}` : text;
 }
 
-/** Events in one array body at most (the MTA posts up to EVENT_POST_BATCH, the same 500). */
+/** Events in one array body at most (the MTA's notifier posts up to EVENT_POSTS.maxItems, the same 500). */
 export const MTA_MAX_BATCH = 500;
 
 /**
