@@ -4,7 +4,6 @@ import type { FastifyInstance } from 'fastify';
 import { ConfigError } from '../shared/config.js';
 import { randomToken } from '../shared/crypto.js';
 import { createHttpApp, type HttpApp } from '../shared/http.js';
-import { Queue } from '../shared/queue/queue.js';
 import { Worker, type JobHandler } from '../shared/queue/worker.js';
 import type { Services } from '../shared/services.js';
 import { VERSION } from '../shared/version.js';
@@ -15,7 +14,9 @@ import { createDispatcher } from './dispatch.js';
 import type { EffectDeps } from './effects.js';
 import type { MtaJobPayload } from './job.js';
 import { createMetrics } from './metrics.js';
-import { EVENTS_QUEUE, Notifier, type EventJob } from './notifier.js';
+import { MTA_EVENT } from '../shared/contracts/mta.js';
+import { OutboxRelay } from './outbox/relay.js';
+import { OutboxStore } from './outbox/store.js';
 import type { PipelineDeps } from './pipeline/index.js';
 import { DEFAULT_POLICY, type MtaPolicy } from './policy.js';
 import { parsePools } from './pools.js';
@@ -44,7 +45,6 @@ import { ChangeFeed } from './stores/change-feed.js';
 import { CredentialStore } from './stores/credentials.js';
 import { DeliveryLogStore } from './stores/delivery-logs.js';
 import { DkimKeyError, PgDkimKeyStore } from './stores/dkim.js';
-import { DlqStore } from './stores/dlq.js';
 import { IspProfileStore } from './stores/isp-profiles.js';
 import { OrgLimitStore } from './stores/org-limits.js';
 import { PoolRuleStore } from './stores/pool-rules.js';
@@ -101,7 +101,6 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
   });
 
   const queue = createMtaQueue<MtaJobPayload>(s);
-  const eventsQueue = new Queue<EventJob>({ db: s.db, clock: s.clock, options: EVENTS_QUEUE });
   const feed = new ChangeFeed(s.db, log);
   const stores = {
     suppression: new SuppressionStore(s.db, s.clock, log, feed),
@@ -110,8 +109,9 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     poolRules: new PoolRuleStore(s.db, log, feed, s.clock),
     credentials: new CredentialStore(s.db, s.clock, feed),
     dkim: new PgDkimKeyStore(s.db, s.clock),
-    logs: new DeliveryLogStore(s.db),
-    dlq: new DlqStore(s.db, s.clock),
+    // Events written with log rows go to the relay (created below) once committed.
+    logs: new DeliveryLogStore(s.db, { clock: s.clock, leaseMs: policy.events.leaseMs, written: (events) => relay.written(events) }),
+    outbox: new OutboxStore(s.db, s.clock, policy.events),
   };
   const ipStatus = new IpStatus(s.coord, s.clock, pools);
 
@@ -134,24 +134,24 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
 
   const metrics = createMetrics({
     queueStats: async () => ({ ...(await queue.stats()) }),
-    dlqSize: async () => (await stores.dlq.stats()).total,
+    dlqSize: async () => (await stores.outbox.stats()).total,
     emergency: () => ipStatus.allBlocked(),
   });
-  const notifier = new Notifier(s.config, s.clock, log, eventsQueue, stores.dlq, metrics);
+  const relay = new OutboxRelay(stores.outbox, { webhookUrl: s.config.MTA_WEBHOOK_URL, webhookSecret: s.config.MTA_WEBHOOK_SECRET, policy: policy.events }, s.clock, log, metrics);
 
   const breaker = new OrgBreaker(s.coord, s.clock, policy, instanceId, {
     onTrip(orgId, st) {
       metrics.breakerTrips.inc();
       log.warn({ organizationId: orgId, trip: st.trip }, 'organization circuit breaker tripped');
-      void notifier.emit('org.circuit_breaker', {
+      void relay.emit(MTA_EVENT.orgCircuitBreaker, {
         organizationId: orgId,
         severity: 'critical',
         state: 'open',
-        window: st.trip?.window,
-        signal: st.trip?.signal,
-        rate: st.trip?.rate,
-        threshold: st.trip?.threshold,
-        sample: st.trip?.sample,
+        window: st.trip?.window ?? null,
+        signal: st.trip?.signal ?? null,
+        rate: st.trip?.rate ?? null,
+        threshold: st.trip?.threshold ?? null,
+        sample: st.trip?.sample ?? null,
         cooldownMs: st.cooldownMs,
         openedAt: new Date(st.since).toISOString(),
       });
@@ -159,7 +159,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     onTransition: (orgId, st) => metrics.setBreaker(orgId, st.state),
   });
   const warming = new Warming(s.coord, s.clock, policy, new Set(s.config.MTA_WARMED_IPS), instanceId, (ip, st, day) => {
-    void notifier.emit('ip.warming_complete', {
+    void relay.emit(MTA_EVENT.ipWarmingComplete, {
       ip,
       pools: [...pools.pools.entries()].filter(([, ips]) => ips.some((i) => i.address === ip)).map(([p]) => p),
       startedAt: new Date(st.startDay).toISOString(),
@@ -183,7 +183,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     pools,
     auth: new MtaAuth(() => s.config.MTA_API_KEY, stores.credentials),
     queue,
-    notifier,
+    relay,
     metrics,
     stores,
     state,
@@ -216,7 +216,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     profiles: stores.profiles,
     throttle: state.throttle,
     warming,
-    events: notifier,
+    events: relay,
     random: opts.random ?? Math.random,
   };
   const effects: EffectDeps = {
@@ -228,7 +228,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     backoff: state.backoff,
     suppression: stores.suppression,
     logs: stores.logs,
-    events: notifier,
+    events: relay,
     metrics,
     profiles: stores.profiles,
   };
@@ -289,7 +289,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     effects,
     handler,
     async start() {
-      await notifier.startWorker(log);
+      relay.start();
       if (handler) {
         worker = new Worker<MtaJobPayload>({
           queue,
@@ -307,7 +307,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     async stop() {
       clearInterval(pruneTimer);
       await worker?.stop();
-      await notifier.stop();
+      await stores.logs.drain();
+      await relay.stop();
       await deliverer?.close();
       for (const c of caches) c.stop();
       await feed.stop();

@@ -3,7 +3,7 @@ import type { Services } from '../shared/services.js';
 import type { MtaAuth } from './auth.js';
 import type { MtaJobPayload } from './job.js';
 import type { MtaMetrics } from './metrics.js';
-import type { Notifier } from './notifier.js';
+import type { OutboxRelay } from './outbox/relay.js';
 import type { MtaPolicy } from './policy.js';
 import type { SendingPools } from './pools.js';
 import type { OrgBreaker } from './state/breaker.js';
@@ -16,7 +16,7 @@ import type { Warming } from './state/warming.js';
 import type { CredentialStore } from './stores/credentials.js';
 import type { DeliveryLogStore } from './stores/delivery-logs.js';
 import type { PgDkimKeyStore } from './stores/dkim.js';
-import type { DlqStore } from './stores/dlq.js';
+import type { OutboxStore } from './outbox/store.js';
 import type { IspProfileStore } from './stores/isp-profiles.js';
 import type { OrgLimitStore } from './stores/org-limits.js';
 import type { PoolRuleStore } from './stores/pool-rules.js';
@@ -29,7 +29,8 @@ export interface MtaContext {
   pools: SendingPools;
   auth: MtaAuth;
   queue: Queue<MtaJobPayload>;
-  notifier: Notifier;
+  /** Events to the backend (the outbox relay). */
+  relay: OutboxRelay;
   metrics: MtaMetrics;
   stores: {
     suppression: SuppressionStore;
@@ -39,7 +40,8 @@ export interface MtaContext {
     credentials: CredentialStore;
     dkim: PgDkimKeyStore;
     logs: DeliveryLogStore;
-    dlq: DlqStore;
+    /** The outbox; its dead rows are the DLQ. */
+    outbox: OutboxStore;
   };
   state: {
     breaker: OrgBreaker;

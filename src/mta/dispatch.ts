@@ -2,7 +2,7 @@ import type { Clock } from '../shared/clock.js';
 import type { Logger } from '../shared/log.js';
 import type { JobHandler } from '../shared/queue/worker.js';
 import type { Deliverer, DeliveryResult, OutboundMessage } from './delivery/types.js';
-import { applyEffects, bouncedEvent, emit, type EffectDeps } from './effects.js';
+import { applyEffects, bouncedEvent, type EffectDeps } from './effects.js';
 import type { MtaJobPayload } from './job.js';
 import { PHASES, newContext, releaseAll, runPipeline, type PipelineContext, type PipelineDeps } from './pipeline/index.js';
 
@@ -115,8 +115,10 @@ export function createDispatcher(d: DispatchDeps): JobHandler<MtaJobPayload> {
 /** The last attempt was deferred too: the message expires (soft bounce, Sisimai reason `expired`). */
 async function expire(d: DispatchDeps, ctx: PipelineContext, r: Extract<DeliveryResult, { status: 'deferred' }>, attempt: number): Promise<void> {
   const job = ctx.job;
-  await d.effects.logs
-    .append({
+  const event = bouncedEvent(d.effects, ctx, { type: 'soft', reason: 'expired', code: r.code, enhancedCode: r.enhancedCode, response: r.response, mxHost: r.mxHost }, attempt);
+  // Awaited: the job fails only once its log row and event are written (a crash before re-runs it).
+  await d.effects.logs.append(
+    {
       messageId: job.messageId,
       jobId: ctx.jobId,
       organizationId: job.organizationId,
@@ -133,7 +135,7 @@ async function expire(d: DispatchDeps, ctx: PipelineContext, r: Extract<Delivery
       mxHost: r.mxHost,
       attempt,
       at: d.clock.now(),
-    })
-    .catch((err) => d.log.error({ err, jobId: ctx.jobId }, 'delivery log write failed'));
-  emit(d.effects, 'bounced', bouncedEvent(ctx, { type: 'soft', reason: 'expired', code: r.code, enhancedCode: r.enhancedCode, response: r.response, mxHost: r.mxHost }, attempt));
+    },
+    event,
+  );
 }

@@ -1,6 +1,8 @@
 import type { Logger } from '../shared/log.js';
 import type { DeliveryResult } from './delivery/types.js';
-import type { MtaEvents } from './events.js';
+import { MTA_EVENT } from '../shared/contracts/mta.js';
+import type { OutboxRelay } from './outbox/relay.js';
+import { resultEventId, type OutboxEvent } from './outbox/store.js';
 import type { MtaMetrics } from './metrics.js';
 import type { PipelineContext } from './pipeline/types.js';
 import type { MtaPolicy } from './policy.js';
@@ -21,7 +23,8 @@ export interface EffectDeps {
   backoff: DomainBackoff;
   suppression: Pick<SuppressionStore, 'add'>;
   logs: Pick<DeliveryLogStore, 'append'>;
-  events: MtaEvents;
+  /** Builds the events that travel with delivery-log rows. */
+  events: Pick<OutboxRelay, 'event'>;
   metrics: MtaMetrics | null;
   profiles: { resolve(domain: string): IspProfile };
 }
@@ -35,7 +38,7 @@ export function isBlocking(policy: MtaPolicy, r: { reason?: string; enhancedCode
 /**
  * Applies a classified delivery result (mta.md → Pipeline, last paragraph): breaker marker,
  * throttle adaptation, SMTP intel, domain backoff, metrics, suppression on a hard bounce, the
- * delivery log row and the event to the backend. A `local` deferral (our side failed) is only
+ * delivery log row with its event to the backend (one statement: the outbox). A `local` deferral (our side failed) is only
  * logged and counted. The send has happened: no failure in here may
  * make the job run again, so each effect is isolated and only logged when it fails.
  */
@@ -65,38 +68,25 @@ export async function applyEffects(d: EffectDeps, ctx: PipelineContext, result: 
     run('throttle', () => d.throttle.onResult(ip.address, profile, job.domain, 'ok'));
     run('intel', () => d.intel.record(job.domain, 'ok'));
     run('backoff', () => d.backoff.recordSuccess(job.domain));
-    run('log', () => d.logs.append({ ...base, status: 'sent', code: result.code, response: result.response, mxHost: result.mxHost }));
-    // Events are not awaited: the notifier posts in the background and owns retries.
-    emit(d, 'sent', {
-      messageId: job.messageId,
-      jobId: ctx.jobId,
-      organizationId: job.organizationId,
-      campaignId: job.campaignId ?? null,
-      to: job.recipient,
-      domain: job.domain,
-      pool: ctx.pool,
-      ip: ip.address,
-      mxHost: result.mxHost,
-      smtpCode: result.code,
-      smtpResponse: result.response,
-      tls: result.tls,
-      attempt,
-    });
+    // The log row and the `sent` event commit together (the outbox).
+    run('log', () => d.logs.append({ ...base, status: 'sent', code: result.code, response: result.response, mxHost: result.mxHost }, sentEvent(d, ctx, result, attempt)));
   } else if (result.status === 'bounced') {
     const kind: IntelKind = isBlocking(d.policy, result) ? 'block' : 'ok';
     run('breaker', () => d.breaker.record(job.organizationId, 'b', probe));
     run('intel', () => d.intel.record(job.domain, kind));
     run('backoff', () => d.backoff.recordSuccess(job.domain));
-    if (result.hard) {
-      run('suppression', async () => {
+    run('log', async () => {
+      await d.logs.append(
+        { ...base, status: 'bounced', hard: result.hard, code: result.code, enhancedCode: result.enhancedCode, reason: result.reason, response: result.response, mxHost: result.mxHost },
+        bouncedEvent(d, ctx, { ...result, type: result.hard ? 'hard' : 'soft' }, attempt),
+      );
+      // After the event: suppressed first, a re-run after a crash would drop the job in phase 2
+      // and its bounce would never be reported.
+      if (result.hard) {
         await d.suppression.add([job.recipient], 'hard_bounce', `bounce:${job.messageId}`);
         d.metrics?.suppressionsAdded.inc({ reason: 'hard_bounce' });
-      });
-    }
-    run('log', () =>
-      d.logs.append({ ...base, status: 'bounced', hard: result.hard, code: result.code, enhancedCode: result.enhancedCode, reason: result.reason, response: result.response, mxHost: result.mxHost }),
-    );
-    emit(d, 'bounced', bouncedEvent(ctx, { ...result, type: result.hard ? 'hard' : 'soft' }, attempt));
+      }
+    });
   } else {
     if (result.local) {
       // Our side failed before any remote server answered (no DKIM key, resolver, pool cap,
@@ -115,32 +105,56 @@ export async function applyEffects(d: EffectDeps, ctx: PipelineContext, result: 
   await Promise.all(effects);
 }
 
-export function emit(d: Pick<EffectDeps, 'events' | 'log'>, event: Parameters<MtaEvents['emit']>[0], data: Record<string, unknown>): void {
-  d.events.emit(event, data).catch((err) => d.log.error({ err, event }, 'event emission failed'));
+function sentEvent(d: Pick<EffectDeps, 'events'>, ctx: PipelineContext, r: Extract<DeliveryResult, { status: 'sent' }>, attempt: number): OutboxEvent | null {
+  const job = ctx.job;
+  return d.events.event(
+    MTA_EVENT.sent,
+    {
+      messageId: job.messageId,
+      jobId: ctx.jobId,
+      organizationId: job.organizationId,
+      campaignId: job.campaignId ?? null,
+      recipient: job.recipient,
+      domain: job.domain,
+      pool: ctx.pool ?? null,
+      ip: ctx.ip!.address,
+      mxHost: r.mxHost ?? null,
+      smtpCode: r.code ?? null,
+      smtpResponse: r.response ?? null,
+      tls: r.tls,
+      attempt,
+    },
+    resultEventId(job.organizationId, job.messageId, ctx.jobId),
+  );
 }
 
+/** The job's result event when it bounced or expired (one per job, whatever run reports it). */
 export function bouncedEvent(
+  d: Pick<EffectDeps, 'events'>,
   ctx: PipelineContext,
   r: { type: 'hard' | 'soft'; reason: string; code?: number; enhancedCode?: string; response?: string; mxHost?: string },
   attempt: number,
-): Record<string, unknown> {
+): OutboxEvent | null {
   const job = ctx.job;
-  return {
-    messageId: job.messageId,
-    jobId: ctx.jobId,
-    organizationId: job.organizationId,
-    campaignId: job.campaignId ?? null,
-    to: job.recipient,
-    domain: job.domain,
-    type: r.type,
-    hard: r.type === 'hard',
-    reason: r.reason,
-    smtpCode: r.code ?? null,
-    enhancedCode: r.enhancedCode ?? null,
-    smtpResponse: r.response ?? null,
-    mxHost: r.mxHost ?? null,
-    pool: ctx.pool ?? null,
-    ip: ctx.ip?.address ?? null,
-    attempt,
-  };
+  return d.events.event(
+    MTA_EVENT.bounced,
+    {
+      messageId: job.messageId,
+      jobId: ctx.jobId,
+      organizationId: job.organizationId,
+      campaignId: job.campaignId ?? null,
+      recipient: job.recipient,
+      domain: job.domain,
+      type: r.type,
+      reason: r.reason,
+      smtpCode: r.code ?? null,
+      enhancedCode: r.enhancedCode ?? null,
+      smtpResponse: r.response ?? null,
+      mxHost: r.mxHost ?? null,
+      pool: ctx.pool ?? null,
+      ip: ctx.ip?.address ?? null,
+      attempt,
+    },
+    resultEventId(job.organizationId, job.messageId, ctx.jobId),
+  );
 }

@@ -1,22 +1,11 @@
-/** Events the MTA posts to the backend (mta.md → Events). */
-export const MTA_EVENTS = [
-  'sent',
-  'bounced',
-  'complained',
-  'inbound.received',
-  'org.circuit_breaker',
-  'ip.blocklisted',
-  'ip.delisted',
-  'ip.warming_complete',
-  'all_ips_blocked',
-] as const;
-export type MtaEventName = (typeof MTA_EVENTS)[number];
+import type { MtaEventData, MtaEventName } from '../shared/contracts/mta.js';
 
 /**
- * Where state changes and delivery results report to the backend. `emit` never throws and
- * never blocks the caller on the network: the notifier posts, retries and dead-letters.
- * Resolves once the event is durably handed over (posted, or queued for retry).
+ * Where state changes report to the backend (the outbox relay, src/mta/outbox/). `emit` writes
+ * the event durably and resolves once it is written; it never throws and never waits for the
+ * network. Events caused by a delivery-log write travel with that write instead
+ * (DeliveryLogStore.append), so the row and its event commit together.
  */
 export interface MtaEvents {
-  emit(event: MtaEventName, data: Record<string, unknown>): Promise<void>;
+  emit<K extends MtaEventName>(event: K, data: MtaEventData[K]): Promise<void>;
 }

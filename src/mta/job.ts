@@ -1,19 +1,7 @@
-/** The email job of mta.md (body of POST /send), as stored in the queue payload. */
-export interface EmailJob {
-  messageId: string;
-  to: string;
-  from: string;
-  subject: string;
-  html: string;
-  text?: string;
-  replyTo?: string;
-  headers?: Record<string, string>;
-  ipPool: string;
-  organizationId: string;
-  engagementScore?: number | null;
-  dkimDomain: string;
-  campaignId?: string | null;
-}
+import type { MtaJob } from '../shared/contracts/mta.js';
+
+/** The email job of mta.md (body of POST /send): the contract's type. */
+export type EmailJob = MtaJob;
 
 /** Queue payload: the job plus what /send derived from it once. */
 export interface MtaJobPayload extends EmailJob {

@@ -120,6 +120,20 @@ export interface MtaPolicy {
   deferJitter: number;
   /** Events whose emission is rate-limited per subject (e.g. per pool) to one per period. */
   eventRepeatMs: { all_ips_blocked: number };
+  /** Events to the backend through the outbox (src/mta/outbox/). */
+  events: {
+    /** Posts of one event before it is dead-lettered (each DLQ retry gives it this many again). */
+    maxAttempts: number;
+    /** Wait after the n-th failed post (the last value repeats). */
+    backoffMs: number[];
+    /** A relay posting a row owns it this long; after that (a crashed relay) another takes it. */
+    leaseMs: number;
+    /** How often a relay looks for due rows (retries, rows of a relay that died). */
+    pollMs: number;
+    postTimeoutMs: number;
+    /** Posts in flight, and events and bytes per post (the backend takes 1 – 500). */
+    posts: { maxInFlight: number; maxItems: number; maxBytes: number };
+  };
   /** Delivery log rows older than this are pruned. */
   deliveryLogRetentionDays: number;
   /** Domains (and their subdomains) whose links screen a message out. Extended by CONTENT_URL_BLOCKLIST. */
@@ -196,6 +210,17 @@ export const DEFAULT_POLICY: MtaPolicy = {
   defaultPriority: 3,
   deferJitter: 0.15,
   eventRepeatMs: { all_ips_blocked: 15 * MINUTE },
+  // The retry schedule of the former `mta-events` queue: 7 posts over about 2.7 hours.
+  events: {
+    maxAttempts: 7,
+    backoffMs: [30_000, 2 * MINUTE, 10 * MINUTE, 30 * MINUTE, HOUR],
+    leaseMs: 30_000,
+    pollMs: 1_000,
+    postTimeoutMs: 10_000,
+    // One post per delivered message cost the MTA a tenth of its CPU at 5 KB (perf); 4 in
+    // flight is the backpressure: a slow backend gets fewer, larger posts.
+    posts: { maxInFlight: 4, maxItems: 500, maxBytes: 2 * 1024 * 1024 },
+  },
   deliveryLogRetentionDays: 30,
   urlBlocklist: [],
 };

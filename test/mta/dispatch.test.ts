@@ -7,6 +7,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Job } from '../../src/shared/queue/types.js';
 import type { MtaJobPayload } from '../../src/mta/job.js';
 import { createDispatcher } from '../../src/mta/dispatch.js';
+import { resultEventId } from '../../src/mta/outbox/store.js';
 import { startHttpReceiver, type HttpReceiver } from '../harness/http-receiver.js';
 import { emailJob, eventually, postedEvents, startMta, type TestMta } from './helpers.js';
 
@@ -70,7 +71,8 @@ describe('delivery results', () => {
     const [log] = await logsFor(body.messageId as string);
     expect(log).toMatchObject({ status: 'sent', code: 250, mxHost: 'mx.example.test', ip: '127.0.0.2', pool: 'transactional', attempt: 1, jobId: job.id });
     const [ev] = await eventually(() => (events('sent', body.messageId as string).length ? events('sent', body.messageId as string) : null));
-    expect(ev.data).toMatchObject({ organizationId: 'org-1', to: body.to, ip: '127.0.0.2', pool: 'transactional', smtpCode: 250, tls: true, mxHost: 'mx.example.test' });
+    expect(ev.id).toBe(resultEventId('org-1', body.messageId as string, job.id));
+    expect(ev.data).toMatchObject({ organizationId: 'org-1', recipient: (body.to as string).toLowerCase(), ip: '127.0.0.2', pool: 'transactional', smtpCode: 250, tls: true, mxHost: 'mx.example.test' });
     expect(await t.mta.context.state.breaker.state('org-1')).toMatchObject({ state: 'closed' });
     expect((await t.coord.ringRead('mta:breaker:ring:org-1')).at(-1)).toBe('d');
     expect((await t.mta.context.state.warming.view('127.0.0.2')).sentToday).toBeGreaterThan(0);
@@ -86,7 +88,7 @@ describe('delivery results', () => {
       const e = events('bounced', first.body.messageId as string);
       return e.length ? e : null;
     });
-    expect(ev.data).toMatchObject({ type: 'hard', hard: true, reason: 'userunknown', smtpCode: 550, enhancedCode: '5.1.1', to: 'gone@hard.example' });
+    expect(ev.data).toMatchObject({ type: 'hard', reason: 'userunknown', smtpCode: 550, enhancedCode: '5.1.1', recipient: 'gone@hard.example' });
     expect((await t.coord.ringRead('mta:breaker:ring:org-1')).at(-1)).toBe('b');
 
     const calls = t.deliverer.calls.length;
@@ -177,7 +179,7 @@ describe('delivery results', () => {
         const e = events('bounced', r.body.messageId as string);
         return e.length ? e : null;
       });
-      expect(ev.data).toMatchObject({ type: 'soft', hard: false, reason: 'expired', smtpCode: 421, attempt: 5 });
+      expect(ev.data).toMatchObject({ type: 'soft', reason: 'expired', smtpCode: 421, attempt: 5 });
     } finally {
       t.deliverer.fallback = { status: 'sent', code: 250, response: '250 ok', mxHost: 'mx.example.test', tls: true };
     }

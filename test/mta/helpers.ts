@@ -138,7 +138,7 @@ export async function eventually<T>(fn: () => T | Promise<T>, timeoutMs = 5_000)
 }
 
 /** Event bodies the MTA posted, in order: a request holds one body or an array of them (one event-loop turn's). */
-export function postedEvents(requests: { rawBody: Buffer }[]): { event: string; timestamp: string; data: any }[] {
+export function postedEvents(requests: { rawBody: Buffer }[]): { id: string; event: string; timestamp: string; data: any }[] {
   return requests.flatMap((r) => {
     const body = JSON.parse(r.rawBody.toString());
     return Array.isArray(body) ? body : [body];

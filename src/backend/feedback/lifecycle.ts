@@ -66,8 +66,8 @@ export interface LifecycleEvent {
   suppression?: { reason: SuppressionReason };
 }
 
-export const MTA_OPERATIONAL_EVENTS = ['org.circuit_breaker', 'ip.blocklisted', 'ip.delisted', 'ip.warming_complete', 'all_ips_blocked'] as const;
-export type MtaOperationalEventName = (typeof MTA_OPERATIONAL_EVENTS)[number];
+import type { MtaOperationalEventName } from '../../shared/contracts/mta.js';
+export { MTA_OPERATIONAL_EVENTS, type MtaOperationalEventName } from '../../shared/contracts/mta.js';
 
 export interface InboundMessage {
   messageId: string | null;

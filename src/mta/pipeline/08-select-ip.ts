@@ -1,3 +1,4 @@
+import { MTA_EVENT } from '../../shared/contracts/mta.js';
 import { randomUUID } from 'node:crypto';
 import type { SendingIp } from '../pools.js';
 import { routeIsGroupWide } from './07-resolve-pool.js';
@@ -52,7 +53,7 @@ async function announce(
   const { coord, events, policy } = ctx.deps;
   const won = await coord.acquireLease(`mta:evt:all_ips_blocked:${pool}`, `${OWNER}:${++seq}`, policy.eventRepeatMs.all_ips_blocked);
   if (!won) return;
-  await events.emit('all_ips_blocked', {
+  await events.emit(MTA_EVENT.allIpsBlocked, {
     pool,
     dedicatedIp: ctx.dedicatedIp ?? null,
     measured: true,

@@ -7,7 +7,7 @@ import { Data, ErrorResponse, masterErrors } from './schemas.js';
 const Entry = Type.Object({
   id: Type.String(),
   event: Type.String(),
-  body: Type.Object({ event: Type.String(), timestamp: Type.String(), data: Type.Unknown() }),
+  body: Type.Object({ id: Type.String(), event: Type.String(), timestamp: Type.String(), data: Type.Unknown() }),
   error: Type.String(),
   attempts: Type.Integer(),
   createdAt: Type.String(),
@@ -20,7 +20,7 @@ export async function dlqRoutes(app: HttpApp, m: MtaContext): Promise<void> {
   app.addHook('onRequest', m.auth.masterOnly);
   const tags = ['dlq'];
   const security = [{ bearer: [] }];
-  const dlq = m.stores.dlq;
+  const dlq = m.stores.outbox;
 
   app.get(
     '/dlq',
@@ -69,7 +69,7 @@ export async function dlqRoutes(app: HttpApp, m: MtaContext): Promise<void> {
       },
     },
     async (_req, reply) => {
-      const ids = await m.notifier.retryFromDlq();
+      const ids = await m.relay.retryFromDlq();
       reply.code(202);
       return { data: { queued: ids.length } };
     },
@@ -87,7 +87,7 @@ export async function dlqRoutes(app: HttpApp, m: MtaContext): Promise<void> {
       },
     },
     async (req, reply) => {
-      const ids = await m.notifier.retryFromDlq([req.params.dlqId]);
+      const ids = await m.relay.retryFromDlq([req.params.dlqId]);
       if (ids.length === 0) throw notFound('Dead-letter entry not found', 'dlq_entry_not_found');
       reply.code(202);
       return { data: { id: req.params.dlqId, status: 'queued' as const } };

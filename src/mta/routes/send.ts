@@ -1,5 +1,5 @@
 import { isUtf8 } from 'node:buffer';
-import { Type } from '@sinclair/typebox';
+import { MtaJobAcceptedSchema, MtaJobSchema } from '../../shared/contracts/mta.js';
 import { AppError, badInput, forbidden } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
 import { isAddress, parseMailbox } from '../address.js';
@@ -11,34 +11,6 @@ import { isDkimDomain } from '../stores/dkim.js';
 import { ErrorResponse } from './schemas.js';
 
 const HEADER_NAME = /^[!-9;-~]{1,76}$/;
-
-export const EmailJobSchema = Type.Object(
-  {
-    messageId: Type.String({ minLength: 1, maxLength: 255, description: 'Unique ID for correlation (also the idempotency key per organization)' }),
-    to: Type.String({ minLength: 3, maxLength: 254, description: 'Recipient address' }),
-    from: Type.String({ minLength: 1, maxLength: 512, description: 'Sender: `a@b` or `Name <a@b>`' }),
-    subject: Type.String({ maxLength: 998 }),
-    html: Type.String({ description: 'HTML body' }),
-    text: Type.Optional(Type.String({ description: 'Plain-text body' })),
-    replyTo: Type.Optional(Type.String({ maxLength: 512 })),
-    headers: Type.Optional(Type.Record(Type.String(), Type.String({ maxLength: 998 }), { maxProperties: 50, description: 'Extra headers' })),
-    ipPool: Type.Union([Type.Literal('transactional'), Type.Literal('campaign')]),
-    organizationId: Type.String({ minLength: 1, maxLength: 128, description: 'Scope of the circuit breaker and limits' }),
-    engagementScore: Type.Optional(
-      Type.Unknown({
-        description:
-          'Number from 0 to 100 (0 = cold). Omitted, null, non-finite or out-of-range values are treated as unknown (default band), never clamped.',
-      }),
-    ),
-    dkimDomain: Type.String({ minLength: 1, maxLength: 253, description: 'Domain used for DKIM signing; must equal the From domain' }),
-    campaignId: Type.Optional(Type.Union([Type.String({ maxLength: 128 }), Type.Null()], { description: 'Provenance for bounce and complaint attribution' })),
-  },
-  { additionalProperties: false },
-);
-
-const Accepted = Type.Object({
-  data: Type.Object({ jobId: Type.String(), messageId: Type.String(), status: Type.Literal('queued') }),
-});
 
 /**
  * POST /send: validate, authorize, apply back-pressure, store the job durably, answer 202.
@@ -85,8 +57,8 @@ function sendRoute(app: HttpApp, m: MtaContext, intake: GroupCommit<MtaJobPayloa
         tags: ['send'],
         summary: 'Queue one email',
         security: [{ bearer: [] }],
-        body: EmailJobSchema,
-        response: { 202: Accepted, 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 429: ErrorResponse, 503: ErrorResponse },
+        body: MtaJobSchema,
+        response: { 202: MtaJobAcceptedSchema, 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 429: ErrorResponse, 503: ErrorResponse },
       },
     },
     async (req, reply) => {

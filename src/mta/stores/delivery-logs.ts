@@ -1,4 +1,7 @@
+import { Batcher } from '../../shared/batch.js';
+import type { Clock } from '../../shared/clock.js';
 import type { Db } from '../../shared/db/pool.js';
+import { insertEventsSql, insertEventsValues, type OutboxEvent } from '../outbox/store.js';
 
 export const LOG_STATUSES = ['sent', 'bounced', 'deferred', 'screened', 'suppressed', 'failed'] as const;
 export type LogStatus = (typeof LOG_STATUSES)[number];
@@ -54,59 +57,70 @@ export interface LogQuery {
   cursor?: string;
 }
 
-const MAX_BATCH = 500;
 const COLS = ['message_id', 'job_id', 'organization_id', 'recipient', 'domain', 'pool', 'ip', 'status', 'hard', 'code', 'enhanced_code', 'reason', 'response', 'mx_host', 'attempt', 'created_at'];
 const TYPES = ['text', 'text', 'text', 'text', 'text', 'text', 'text', 'text', 'boolean', 'integer', 'text', 'text', 'text', 'text', 'integer', 'timestamptz'];
-const INSERT_SQL = `INSERT INTO mta_delivery_log (${COLS.join(', ')})
+const INSERT_LOGS = `INSERT INTO mta_delivery_log (${COLS.join(', ')})
   SELECT * FROM unnest(${TYPES.map((t, i) => `$${i + 1}::${t}[]`).join(', ')})`;
+/** Log rows and their events in one statement: one commit covers both (the outbox's guarantee). */
+const INSERT_LOGS_AND_EVENTS = `WITH logs AS (${INSERT_LOGS}), events AS (${insertEventsSql(COLS.length + 1)}) SELECT id FROM events`;
+
+/** Where the events written with log rows go once committed (the outbox relay). */
+export interface LogEvents {
+  clock: Clock;
+  leaseMs: number;
+  written(events: OutboxEvent[]): void;
+}
+
+type Appended = { entry: DeliveryLogEntry; event: OutboxEvent | null };
 
 /**
- * Delivery log: one row per attempt outcome. Writes are group-committed: entries appended in
- * the same moment share one multi-row INSERT, and each caller's promise resolves only after
- * its row is committed (durable before the job is finished, without one round trip each).
+ * Delivery log: one row per attempt outcome. Writes are group-committed (the shared Batcher):
+ * entries appended in the same moment share one multi-row INSERT, and each caller's promise
+ * resolves only after its row is committed (durable before the job is finished, without one
+ * round trip each). An entry may carry the event it causes (`sent`, `bounced`): the event is
+ * inserted into the outbox by the same statement, so a crash cannot keep one without the other.
  */
 export class DeliveryLogStore {
-  private pending: { entry: DeliveryLogEntry; resolve: () => void; reject: (e: Error) => void }[] = [];
-  private flushing = false;
-  private scheduled = false;
+  private readonly batch: Batcher<Appended, void>;
 
-  constructor(private readonly db: Db) {}
-
-  append(entry: DeliveryLogEntry): Promise<void> {
-    return new Promise((resolve, reject) => {
-      this.pending.push({ entry, resolve, reject });
-      this.schedule();
-    });
+  constructor(
+    private readonly db: Db,
+    private readonly events: LogEvents | null = null,
+  ) {
+    this.batch = new Batcher((items) => this.write(items), { maxInFlight: 1, maxItems: 500, maxBytes: Infinity });
   }
 
-  private schedule(): void {
-    if (this.scheduled || this.flushing) return;
-    this.scheduled = true;
-    setImmediate(() => {
-      this.scheduled = false;
-      void this.flush();
-    });
+  append(entry: DeliveryLogEntry, event: OutboxEvent | null = null): Promise<void> {
+    return this.batch.submit({ entry, event });
   }
 
-  private async flush(): Promise<void> {
-    if (this.flushing || this.pending.length === 0) return;
-    this.flushing = true;
-    const batch = this.pending.splice(0, MAX_BATCH);
+  private async write(items: Appended[]): Promise<void[]> {
     const cols: unknown[][] = COLS.map(() => []);
-    for (const { entry: e } of batch) {
+    for (const { entry: e } of items) {
       const v = [e.messageId, e.jobId, e.organizationId, e.recipient, e.domain, e.pool, e.ip, e.status, e.hard ?? null, e.code ?? null,
         e.enhancedCode ?? null, e.reason ?? null, e.response?.slice(0, 2000) ?? null, e.mxHost ?? null, e.attempt ?? null, new Date(e.at)];
       v.forEach((x, i) => cols[i]!.push(x));
     }
-    try {
-      await this.db.query({ name: 'mta_delivery_log_insert', text: INSERT_SQL, values: cols });
-      for (const b of batch) b.resolve();
-    } catch (err) {
-      for (const b of batch) b.reject(err as Error);
-    } finally {
-      this.flushing = false;
-      if (this.pending.length > 0) this.schedule();
+    const events = items.flatMap((i) => (i.event ? [i.event] : []));
+    if (events.length === 0 || !this.events) {
+      await this.db.query({ name: 'mta_delivery_log_insert', text: INSERT_LOGS, values: cols });
+    } else {
+      const now = this.events.clock.now();
+      const res = await this.db.query<{ id: string }>({
+        name: 'mta_delivery_log_insert_events',
+        text: INSERT_LOGS_AND_EVENTS,
+        values: [...cols, ...insertEventsValues(events, now + this.events.leaseMs, now)],
+      });
+      // Only the events this write created: one already there belongs to an earlier run of the job.
+      const fresh = new Set(res.rows.map((r) => r.id));
+      this.events.written(events.filter((e) => fresh.has(e.id)));
     }
+    return items.map(() => undefined);
+  }
+
+  /** Resolves when every appended entry is written (shutdown). */
+  drain(): Promise<void> {
+    return this.batch.drain();
   }
 
   async query(q: LogQuery): Promise<{ items: DeliveryLogRecord[]; nextCursor: string | null }> {

@@ -11,6 +11,7 @@ import { createTestDatabase, type TestDatabase } from '../../harness/db.js';
 import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receiver.js';
 import { feedbackState, NOW, NOW_S, SECRETS, startFeedbackApp, type FeedbackApp } from './app.js';
 import { fixture, hexHmac, mandrillBody, mandrillSignature, pinnedCertificates, recordingFetcher, signSns, TEST_TOPIC } from './helpers.js';
+import { mtaEvent } from '../../harness/mta-events.js';
 import { createContact, createSend, sendStatus } from './sends-fixture.js';
 
 const MANDRILL_URL = 'https://mail.lettermill.test/webhooks/mandrill';
@@ -45,7 +46,7 @@ const SOURCES: { name: string; request(to: string, pmid: string): Req }[] = [
   {
     name: 'mta',
     request(to, pmid) {
-      const body = JSON.stringify({ event: 'bounced', timestamp: new Date(NOW - 2000).toISOString(), data: { messageId: pmid, recipient: to, bounceType: 'hard', reason: 'userunknown', diagnosticCode: '550 5.1.1 user unknown' } });
+      const body = JSON.stringify(mtaEvent('bounced', { messageId: pmid, recipient: to, type: 'hard', reason: 'userunknown', smtpResponse: '550 5.1.1 user unknown' }, { id: `mevt_${pmid}`, at: NOW - 2000 }));
       return { path: '/webhooks/mta', body, headers: { 'content-type': 'application/json', 'x-mta-timestamp': String(NOW_S), 'x-mta-signature': hexHmac(SECRETS.MTA_WEBHOOK_SECRET, NOW_S, body) } };
     },
   },
@@ -159,11 +160,9 @@ describe('delivery reported by the bundled MTA', () => {
     const contactId = await createContact(db, to);
     // The MTA's job messageId is our send id, echoed as data.messageId.
     const sendId = await createSend(db, { to, providerMessageId: null, contactId, type: 'transactional' });
-    const body = JSON.stringify({
-      event: 'sent',
-      timestamp: new Date(NOW - 500).toISOString(),
-      data: { messageId: sendId, to, domain: 'example.test', mxHost: 'mx.example.test', smtpCode: 250, smtpResponse: '250 2.0.0 OK 1767268799 x1', tls: true, attempt: 1 },
-    });
+    const body = JSON.stringify(
+      mtaEvent('sent', { messageId: sendId, recipient: to, domain: 'example.test', mxHost: 'mx.example.test', smtpCode: 250, smtpResponse: '250 2.0.0 OK 1767268799 x1', tls: true, attempt: 1 }, { id: `mevt_${sendId}`, at: NOW - 500 }),
+    );
     const req = { path: '/webhooks/mta', body, headers: { 'content-type': 'application/json', 'x-mta-timestamp': String(NOW_S), 'x-mta-signature': hexHmac(SECRETS.MTA_WEBHOOK_SECRET, NOW_S, body) } };
     expect(await (await post(req)).json()).toEqual({ success: true, applied: 1, duplicates: 0 });
     expect(await sendStatus(db, sendId)).toBe('delivered');

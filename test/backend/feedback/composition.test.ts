@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../../harness/app.js';
 import { hexHmac } from './helpers.js';
+import { mtaEvent } from '../../harness/mta-events.js';
 
 let app: TestApp;
 beforeAll(async () => {
@@ -17,7 +18,7 @@ afterAll(async () => {
 
 it('POST /webhooks/mta is served by the backend and its effect is visible in the admin API', async () => {
   const ts = Math.floor(Date.now() / 1000);
-  const body = JSON.stringify({ event: 'ip.blocklisted', timestamp: new Date().toISOString(), data: { ip: '192.0.2.77', zones: ['zen.spamhaus.org'] } });
+  const body = JSON.stringify(mtaEvent('ip.blocklisted', { ip: '192.0.2.77', zone: 'zen.spamhaus.org' }, { at: Date.now() }));
   const res = await fetch(`${app.backendUrl}/webhooks/mta`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', 'x-mta-timestamp': String(ts), 'x-mta-signature': hexHmac('composition-mta-secret-0123456789', ts, body) },

@@ -10,6 +10,8 @@ import { createTestDatabase, type TestDatabase } from '../../harness/db.js';
 import { ADMIN_TOKEN, feedbackState, SECRETS, startFeedbackApp, type FeedbackApp } from './app.js';
 import { hexHmac } from './helpers.js';
 import { createSend, createContact, sendStatus } from './sends-fixture.js';
+import type { MtaEventData, MtaEventName } from '../../../src/shared/contracts/mta.js';
+import { mtaEvent } from '../../harness/mta-events.js';
 
 let db: TestDatabase;
 let app: FeedbackApp;
@@ -23,8 +25,9 @@ afterAll(async () => {
   await db?.drop();
 });
 
-function mta(event: string, data: Record<string, unknown>, id?: string) {
-  return postMta({ ...(id ? { id } : {}), event, timestamp: new Date(app.clock.now()).toISOString(), data });
+/** Posts one contract-valid event: the contract's defaults under `data` (a fresh id unless given). */
+function mta<K extends MtaEventName>(event: K, data: Partial<MtaEventData[K]> & Record<string, unknown>, id?: string) {
+  return postMta(mtaEvent(event, data, { id, at: app.clock.now() }));
 }
 /** Posts `payload` (one event or an array) to /webhooks/mta, signed now. */
 async function postMta(payload: unknown) {
@@ -54,10 +57,10 @@ describe('MTA lifecycle events', () => {
     app.emitted.length = 0;
     // The shape src/mta/effects.ts posts once the MX answered 2xx to DATA.
     const data = {
-      messageId: 'mta-m-sent', jobId: 'job_7', organizationId: 'default', campaignId: 'cmp_1', to: 'sent@example.test', domain: 'example.test',
+      messageId: 'mta-m-sent', jobId: 'job_7', organizationId: 'default', campaignId: 'cmp_1', recipient: 'sent@example.test', domain: 'example.test',
       pool: 'campaign', ip: '127.0.0.3', mxHost: 'mx.example.test', smtpCode: 250, smtpResponse: '250 2.0.0 Ok: queued as 4XyZ', tls: true, attempt: 1,
     };
-    expect((await mta('sent', data)).status).toBe(200);
+    expect((await mta('sent', data, 'evt-sent-1')).status).toBe(200);
     expect(await sendStatus(db, send)).toBe('delivered');
     expect(app.emitted.map((e) => e.name)).toEqual(['email.delivered']);
     expect(app.emitted[0]!.data).toEqual({
@@ -74,14 +77,14 @@ describe('MTA lifecycle events', () => {
     });
     expect((await db.pool.query(`SELECT type, contact_id FROM contact_activity WHERE email = 'sent@example.test'`)).rows).toEqual([{ type: 'email.delivered', contact_id: contactId }]);
     // The same event again (the MTA's retry) changes nothing and emits nothing.
-    expect((await mta('sent', data)).body).toEqual({ success: true, applied: 0, duplicates: 1 });
+    expect((await mta('sent', data, 'evt-sent-1')).body).toEqual({ success: true, applied: 0, duplicates: 1 });
     expect(app.emitted).toHaveLength(1);
   });
 
   it('concurrent events share transactions (group commit), and each request is answered with its own counts', async () => {
     const sends = await Promise.all(Array.from({ length: 12 }, (_, i) => createSend(db, { to: `gc${i}@example.test`, providerMessageId: `mta-m-gc-${i}` })));
     app.emitted.length = 0;
-    const data = (i: number) => ({ messageId: `mta-m-gc-${i}`, to: `gc${i}@example.test`, domain: 'example.test', smtpCode: 250, smtpResponse: '250 ok', attempt: 1 });
+    const data = (i: number) => ({ messageId: `mta-m-gc-${i}`, recipient: `gc${i}@example.test`, domain: 'example.test', smtpCode: 250, smtpResponse: '250 ok', attempt: 1 });
     // Twelve different events plus two repeats of event 0 (the MTA's retry racing the original), all at once.
     const answers = await Promise.all([...sends.map((_, i) => mta('sent', data(i), `evt-gc-${i}`)), mta('sent', data(0), 'evt-gc-0'), mta('sent', data(0), 'evt-gc-0')]);
     expect(answers.map((a) => a.status)).toEqual(Array(14).fill(200));
@@ -100,11 +103,11 @@ describe('MTA lifecycle events', () => {
     app.emitted.length = 0;
     // The shape src/mta/effects.ts posts.
     await mta('bounced', {
-      messageId: 'mta-m-hard', jobId: 'job_1', organizationId: 'org_1', campaignId: 'cmp_1', to: 'gone@example.test', domain: 'example.test',
-      type: 'hard', hard: true, reason: 'userunknown', smtpCode: 550, enhancedCode: '5.1.1', smtpResponse: '550 5.1.1 <gone@example.test>: user unknown',
+      messageId: 'mta-m-hard', jobId: 'job_1', organizationId: 'org_1', campaignId: 'cmp_1', recipient: 'gone@example.test', domain: 'example.test',
+      type: 'hard', reason: 'userunknown', smtpCode: 550, enhancedCode: '5.1.1', smtpResponse: '550 5.1.1 <gone@example.test>: user unknown',
       mxHost: 'mx.example.test', pool: 'campaign', ip: '127.0.0.3', attempt: 1,
     });
-    await mta('bounced', { messageId: 'mta-m-soft', recipient: 'busy@example.test', bounceType: 'soft', reason: 'spamdetected', diagnosticCode: '554 5.7.1 message rejected as spam' });
+    await mta('bounced', { messageId: 'mta-m-soft', recipient: 'busy@example.test', type: 'soft', reason: 'spamdetected', smtpCode: 554, enhancedCode: '5.7.1', smtpResponse: '554 5.7.1 message rejected as spam' });
     expect(await sendStatus(db, hard)).toBe('bounced');
     expect(await sendStatus(db, soft)).toBe('bounced');
     expect((await db.pool.query(`SELECT email, reason, source FROM suppressions WHERE email IN ('gone@example.test', 'busy@example.test')`)).rows).toEqual([
@@ -127,10 +130,10 @@ describe('MTA lifecycle events', () => {
     expect(app.emitted.map((e) => [e.name, (e.data as any).feedbackType])).toEqual([['email.complained', 'abuse']]);
   });
 
-  it('the MTA\'s retry of an event (re-signed later, or re-serialized from its dead-letter queue) applies once', async () => {
+  it('the MTA\'s retry of an event (re-signed later, or re-serialized with its keys in another order) applies once, by its id', async () => {
     const send = await createSend(db, { to: 'retry@example.test', providerMessageId: 'mta-m-retry' });
-    const event = { event: 'sent', timestamp: '2026-01-01T11:59:59.000Z', data: { messageId: 'mta-m-retry', to: 'retry@example.test', smtpResponse: '250 ok' } };
-    const reordered = { data: { smtpResponse: '250 ok', to: 'retry@example.test', messageId: 'mta-m-retry' }, timestamp: event.timestamp, event: 'sent' };
+    const event = mtaEvent('sent', { messageId: 'mta-m-retry', recipient: 'retry@example.test', smtpResponse: '250 ok' }, { id: 'mevt_retry_1' });
+    const reordered = { data: { ...event.data }, timestamp: event.timestamp, event: event.event, id: event.id };
     const results: unknown[] = [];
     for (const body of [JSON.stringify(event), JSON.stringify(event), JSON.stringify(reordered)]) {
       app.clock.advance(30_000); // each retry is signed at its own time
@@ -150,15 +153,30 @@ describe('MTA lifecycle events', () => {
     expect(await sendStatus(db, send)).toBe('delivered');
   });
 
+  it('an event without an id, or whose data breaks the contract, is refused with 400 and changes nothing', async () => {
+    const send = await createSend(db, { to: 'noid@example.test', providerMessageId: 'mta-m-noid' });
+    const { id: _id, ...noId } = mtaEvent('sent', { messageId: 'mta-m-noid', recipient: 'noid@example.test' });
+    const r1 = await postMta(noId);
+    expect(r1.status).toBe(400);
+    expect(r1.body.error.message).toMatch(/id/);
+    // The old field names (`to`, `hard`) are not guessed at: the contract names `recipient` and `type`.
+    const old = mtaEvent('bounced', { messageId: 'mta-m-noid', hard: true } as never);
+    delete (old.data as Record<string, unknown>).type;
+    const r2 = await postMta(old);
+    expect(r2.status).toBe(400);
+    expect(r2.body.error.message).toMatch(/data\/type/);
+    expect(await sendStatus(db, send)).toBe('accepted');
+  });
+
   it('an array of events (the MTA batches one event-loop turn) is applied like separate posts; a bad element refuses it all', async () => {
     const a = await createSend(db, { to: 'arr-a@example.test', providerMessageId: 'mta-m-arr-a' });
     const b = await createSend(db, { to: 'arr-b@example.test', providerMessageId: 'mta-m-arr-b' });
     const at = new Date(app.clock.now()).toISOString();
-    const sent = { event: 'sent', timestamp: at, data: { messageId: 'mta-m-arr-a', to: 'arr-a@example.test', smtpResponse: '250 ok' } };
-    const hard = { event: 'bounced', timestamp: at, data: { messageId: 'mta-m-arr-b', to: 'arr-b@example.test', hard: true, reason: 'userunknown', smtpResponse: '550 5.1.1 unknown' } };
-    const unknown = { event: 'ip.some_future_event', timestamp: at, data: {} };
-    // A malformed element (a bounce without its type) refuses the whole array: nothing applied.
-    const bad = await postMta([sent, { event: 'bounced', timestamp: at, data: { to: 'arr-b@example.test' } }]);
+    const sent = mtaEvent('sent', { messageId: 'mta-m-arr-a', recipient: 'arr-a@example.test', smtpResponse: '250 ok' }, { at: app.clock.now() });
+    const hard = mtaEvent('bounced', { messageId: 'mta-m-arr-b', recipient: 'arr-b@example.test', type: 'hard', reason: 'userunknown', smtpResponse: '550 5.1.1 unknown' }, { at: app.clock.now() });
+    const unknown = { id: 'mevt_future', event: 'ip.some_future_event', timestamp: at, data: {} };
+    // A malformed element (a bounce without its recipient) refuses the whole array: nothing applied.
+    const bad = await postMta([sent, { id: 'mevt_bad', event: 'bounced', timestamp: at, data: { type: 'hard' } }]);
     expect(bad.status).toBe(400);
     expect(await sendStatus(db, a)).toBe('accepted');
     expect((await postMta([])).status).toBe(400);
@@ -197,8 +215,9 @@ describe('MTA operational events', () => {
       text: 'Thanks,\n  great issue!',
       html: '<p>Thanks, great issue!</p>',
       inReplyTo: '<campaign-1@lettermill.test>',
-      references: '<campaign-1@lettermill.test>',
+      references: ['<campaign-1@lettermill.test>'],
       auth: { spf: 'pass', dkim: 'pass', dmarc: 'pass' },
+      receivedAt: new Date(app.clock.now()).toISOString(),
     });
     expect(r).toEqual({ status: 200, body: { success: true, applied: 1, duplicates: 0 } });
     const list = await admin('GET', '/admin/inbox');
@@ -223,7 +242,7 @@ describe('MTA operational events', () => {
   it('the inbox pages with a cursor', async () => {
     for (let i = 0; i < 3; i++) {
       app.clock.advance(1000);
-      await mta('inbound.received', { from: `p${i}@example.test`, to: 'news@lettermill.test', subject: `page ${i}` });
+      await mta('inbound.received', { from: `p${i}@example.test`, to: ['news@lettermill.test'], subject: `page ${i}`, receivedAt: new Date(app.clock.now()).toISOString() });
     }
     const first = await admin('GET', '/admin/inbox?limit=2');
     expect(first.body.data.map((m: any) => m.subject)).toEqual(['page 2', 'page 1']);
@@ -236,7 +255,7 @@ describe('MTA operational events', () => {
   it('org.circuit_breaker pauses campaign sending until an operator resumes it', async () => {
     expect(await isCampaignSendingPaused(db.pool)).toBe(false);
     // The shape src/mta/app.ts posts when a breaker trips.
-    const trip = { organizationId: 'org_1', severity: 'critical', state: 'open', window: 'fast', signal: 'bounce', rate: 0.2, threshold: 0.15, sample: 50, cooldownMs: 1_800_000, openedAt: '2026-01-01T12:00:00.000Z' };
+    const trip = { organizationId: 'org_1', severity: 'critical' as const, state: 'open' as const, window: 'fast', signal: 'bounce', rate: 0.2, threshold: 0.15, sample: 50, cooldownMs: 1_800_000, openedAt: '2026-01-01T12:00:00.000Z' };
     await mta('org.circuit_breaker', trip, 'evt_cb_1');
     expect(await isCampaignSendingPaused(db.pool)).toBe(true);
     const status = await admin('GET', '/admin/sending-status');
@@ -259,9 +278,9 @@ describe('MTA operational events', () => {
   });
 
   it.each([
-    ['ip.blocklisted', { ip: '192.0.2.10', zones: ['zen.spamhaus.org'] }, 'warning', 40],
-    ['ip.delisted', { ip: '192.0.2.10' }, 'info', 40],
-    ['ip.warming_complete', { ip: '192.0.2.11', pool: 'campaign' }, 'info', 40],
+    ['ip.blocklisted', { ip: '192.0.2.10', zone: 'zen.spamhaus.org', pools: ['campaign'], at: '2026-01-01T12:00:00.000Z' }, 'warning', 40],
+    ['ip.delisted', { ip: '192.0.2.10', zone: 'zen.spamhaus.org', pools: ['campaign'], at: '2026-01-01T13:00:00.000Z' }, 'info', 40],
+    ['ip.warming_complete', { ip: '192.0.2.11', pools: ['campaign'], startedAt: '2025-12-01T00:00:00.000Z', graduatedAt: '2026-01-01T00:00:00.000Z', day: 31 }, 'info', 40],
     ['all_ips_blocked', { pool: 'campaign', dedicatedIp: null, measured: true, addresses: [{ ip: '192.0.2.10', reason: 'listed', zone: 'zen.spamhaus.org', since: null }] }, 'critical', 50],
   ] as const)('%s is recorded, listed by GET /admin/mta-events and logged', async (event, data, severity, level) => {
     const logsBefore = app.logs.length;
@@ -290,7 +309,7 @@ describe('MTA operational events', () => {
 
   it('an unknown MTA event is acknowledged and changes nothing', async () => {
     const before = await feedbackState(db);
-    expect(await mta('queue.drained', {})).toEqual({ status: 200, body: { success: true, ignored: true } });
+    expect(await postMta({ id: 'mevt_q', event: 'queue.drained', timestamp: new Date(app.clock.now()).toISOString(), data: {} })).toEqual({ status: 200, body: { success: true, ignored: true } });
     expect(await feedbackState(db)).toEqual(before);
   });
 });

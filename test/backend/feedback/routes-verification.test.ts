@@ -8,6 +8,7 @@ import { Webhook } from 'svix';
 import { createTestDatabase, type TestDatabase } from '../../harness/db.js';
 import { feedbackState, NOW, NOW_S, SECRETS, startFeedbackApp, type FeedbackApp } from './app.js';
 import { hexHmac, mandrillBody, mandrillSignature } from './helpers.js';
+import { mtaEvent } from '../../harness/mta-events.js';
 
 let db: TestDatabase;
 let app: FeedbackApp;
@@ -47,12 +48,9 @@ const ROUTES: Route[] = [
     path: '/webhooks/mta',
     wrongSecret: 'not-the-mta-secret',
     sign(address, tsS, secret = SECRETS.MTA_WEBHOOK_SECRET) {
-      const body = JSON.stringify({
-        id: `evt_${++n}`,
-        event: 'bounced',
-        timestamp: new Date(tsS * 1000).toISOString(),
-        data: { messageId: `m${n}`, recipient: address, bounceType: 'hard', reason: 'userunknown', diagnosticCode: '550 5.1.1 user unknown' },
-      });
+      const body = JSON.stringify(
+        mtaEvent('bounced', { messageId: `m${++n}`, recipient: address, type: 'hard', reason: 'userunknown', smtpResponse: '550 5.1.1 user unknown' }, { id: `evt_${n}`, at: tsS * 1000 }),
+      );
       return { body, headers: { 'content-type': 'application/json', 'x-mta-timestamp': String(tsS), 'x-mta-signature': hexHmac(secret, tsS, body) } };
     },
   },

@@ -8,56 +8,55 @@ import { translateRelay } from '../../../src/backend/feedback/translate/relay.js
 import { mapSuppressionReason } from '../../../src/backend/feedback/translate/common.js';
 import { SUPPRESSION_REASONS } from '../../../src/backend/feedback/lifecycle.js';
 import { fixture } from './helpers.js';
+import { mtaEvent } from '../../harness/mta-events.js';
 
 const NOW = Date.UTC(2026, 0, 1, 12, 0, 0);
 const json = (v: unknown) => Buffer.from(JSON.stringify(v));
 const lifecycle = (t: { events: unknown[] }) => t.events as LifecycleEvent[];
 
-describe('MTA translation', () => {
+describe('MTA translation (the contract, src/shared/contracts/mta.ts)', () => {
   it('bounced keeps the MTA\'s own hard/soft classification and reason', () => {
     const [hard] = lifecycle(
-      translateMta(json({ event: 'bounced', timestamp: '2026-01-01T11:59:00.000Z', data: { messageId: 'm1', recipient: 'A@X.test', bounceType: 'hard', reason: 'userunknown', diagnosticCode: '550 5.1.1 no such user' } }), NOW),
+      translateMta(json(mtaEvent('bounced', { messageId: 'm1', recipient: 'A@X.test', type: 'hard', reason: 'userunknown', smtpResponse: '550 5.1.1 no such user' }, { at: NOW - 60_000 })), NOW),
     );
-    expect(hard).toMatchObject({ status: 'bounced', recipient: 'a@x.test', providerMessageId: 'm1', bounce: { type: 'hard', reason: 'userunknown' }, occurredAt: NOW - 60_000 });
+    expect(hard).toMatchObject({ status: 'bounced', recipient: 'a@x.test', providerMessageId: 'm1', bounce: { type: 'hard', reason: 'userunknown', status: '5.1.1' }, occurredAt: NOW - 60_000 });
     // A reason that would look hard stays soft when the MTA says soft.
-    const [soft] = lifecycle(translateMta(json({ event: 'bounced', data: { messageId: 'm1', recipient: 'a@x.test', hard: false, reason: 'userunknown' } }), NOW));
+    const [soft] = lifecycle(translateMta(json(mtaEvent('bounced', { messageId: 'm1', recipient: 'a@x.test', type: 'soft', reason: 'userunknown' })), NOW));
     expect(soft!.bounce).toMatchObject({ type: 'soft', reason: 'userunknown' });
   });
 
   it('sent (the MX answered 2xx to DATA) is delivery, with the MX\'s reply', () => {
-    // The shape src/mta/effects.ts posts.
-    const data = { messageId: 'es_1', jobId: 'job_1', to: 'A@X.test', domain: 'x.test', mxHost: 'mx.x.test', smtpCode: 250, smtpResponse: '250 2.0.0 OK queued as 12345', tls: true, attempt: 1 };
-    const [e] = lifecycle(translateMta(json({ event: 'sent', timestamp: '2026-01-01T11:59:58.000Z', data }), NOW));
+    const data = { messageId: 'es_1', jobId: 'job_1', recipient: 'A@X.test', domain: 'x.test', mxHost: 'mx.x.test', smtpCode: 250, smtpResponse: '250 2.0.0 OK queued as 12345', tls: true, attempt: 1 };
+    const [e] = lifecycle(translateMta(json(mtaEvent('sent', data, { at: NOW - 2000 })), NOW));
     expect(e).toMatchObject({ status: 'delivered', recipient: 'a@x.test', providerMessageId: 'es_1', occurredAt: NOW - 2000, delivery: { smtpResponse: '250 2.0.0 OK queued as 12345' } });
     // A reply line without its code gets smtpCode in front; no reply at all is null.
-    const [bare] = lifecycle(translateMta(json({ event: 'sent', data: { ...data, smtpResponse: 'OK' } }), NOW));
+    const [bare] = lifecycle(translateMta(json(mtaEvent('sent', { ...data, smtpResponse: 'OK' })), NOW));
     expect(bare!.delivery).toEqual({ smtpResponse: '250 OK' });
-    const [none] = lifecycle(translateMta(json({ event: 'sent', data: { messageId: 'es_1', recipient: 'a@x.test' } }), NOW));
+    const [none] = lifecycle(translateMta(json(mtaEvent('sent', { ...data, smtpCode: null, smtpResponse: null })), NOW));
     expect(none).toMatchObject({ status: 'delivered', delivery: { smtpResponse: null } });
   });
 
-  it('an event id is the MTA\'s id, or a hash that ignores key order (dead-letter retries re-serialize)', () => {
-    const a = translateMta(Buffer.from('{"event":"sent","timestamp":"t","data":{"messageId":"m","recipient":"a@x.test"}}'), NOW);
-    const b = translateMta(Buffer.from('{"data":{"recipient":"a@x.test","messageId":"m"},"timestamp":"t","event":"sent"}'), NOW);
-    const c = translateMta(Buffer.from('{"event":"sent","timestamp":"t2","data":{"messageId":"m","recipient":"a@x.test"}}'), NOW);
-    expect(a.events[0]!.eventId).toBe(b.events[0]!.eventId);
-    expect(a.events[0]!.eventId).not.toBe(c.events[0]!.eventId);
-    expect(translateMta(json({ id: 'evt_1', event: 'sent', data: { messageId: 'm', recipient: 'a@x.test' } }), NOW).events[0]!.eventId).toBe('evt_1');
+  it('the de-duplication key is the event\'s id, required', () => {
+    expect(translateMta(json(mtaEvent('sent', {}, { id: 'evt_1' })), NOW).events[0]!.eventId).toBe('evt_1');
+    const { id: _id, ...noId } = mtaEvent('sent');
+    expect(() => translateMta(json(noId), NOW)).toThrow(/id/);
   });
 
   it('operational events carry severity, organization and IP', () => {
-    const t = translateMta(json({ event: 'org.circuit_breaker', data: { organizationId: 'org_1', severity: 'critical', bounceRate: 0.2 } }), NOW);
+    const t = translateMta(json(mtaEvent('org.circuit_breaker', { organizationId: 'org_1' })), NOW);
     expect(t.events[0]).toMatchObject({ kind: 'operational', event: 'org.circuit_breaker', severity: 'critical', organizationId: 'org_1' });
-    expect(translateMta(json({ event: 'ip.blocklisted', data: { ip: '192.0.2.1', zones: ['zen'] } }), NOW).events[0]).toMatchObject({ severity: 'warning', ip: '192.0.2.1' });
-    expect(translateMta(json({ event: 'ip.delisted', data: { ip: '192.0.2.1' } }), NOW).events[0]).toMatchObject({ severity: 'info' });
+    expect(translateMta(json(mtaEvent('ip.blocklisted', { ip: '192.0.2.1' })), NOW).events[0]).toMatchObject({ severity: 'warning', ip: '192.0.2.1' });
+    expect(translateMta(json(mtaEvent('ip.delisted', { ip: '192.0.2.1' })), NOW).events[0]).toMatchObject({ severity: 'info' });
   });
 
-  it('unknown events are acknowledged and ignored; malformed ones are format errors', () => {
-    expect(translateMta(json({ event: 'queue.drained', data: {} }), NOW)).toEqual({ events: [], ignored: 'unknown MTA event queue.drained' });
+  it('unknown events are acknowledged and ignored; data that breaks the contract is a format error naming the field', () => {
+    expect(translateMta(json({ id: 'x', event: 'queue.drained', timestamp: '2026-01-01T12:00:00Z', data: {} }), NOW)).toEqual({ events: [], ignored: 'unknown MTA event queue.drained' });
     expect(() => translateMta(Buffer.from('not json'), NOW)).toThrow(FeedbackFormatError);
-    expect(() => translateMta(json({ event: 'bounced', data: { recipient: 'a@x.test' } }), NOW)).toThrow(/bounceType/);
-    expect(() => translateMta(json({ event: 'sent', data: { recipient: 'nope' } }), NOW)).toThrow(/recipient/);
-    expect(() => translateMta(json({ event: 'inbound.received', data: { from: 'a@x.test' } }), NOW)).toThrow(/data.to/);
+    const noType = mtaEvent('bounced');
+    delete (noType.data as Record<string, unknown>).type;
+    expect(() => translateMta(json(noType), NOW)).toThrow(/data\/type/);
+    expect(() => translateMta(json(mtaEvent('sent', { recipient: 'nope' })), NOW)).toThrow(/recipient/);
+    expect(() => translateMta(json(mtaEvent('inbound.received', { to: [] })), NOW)).toThrow(/data\/to/);
   });
 });
 

@@ -2,6 +2,7 @@
 import type { EmailProvider, OutboundMessage, ProviderResult } from './types.js';
 import { ProviderError } from './types.js';
 import { PeerClient, type PeerResponse } from '../../../shared/net/peer.js';
+import type { MtaJob, MtaJobAccepted } from '../../../shared/contracts/mta.js';
 
 /** Keep-alive sockets to the MTA, shared by every provider instance of this process. */
 const peer = new PeerClient();
@@ -12,7 +13,7 @@ export class MtaProvider implements EmailProvider {
   constructor(private readonly o: { url: string; apiKey: () => string; organizationId: string; timeoutMs: number }) {}
 
   async send(m: OutboundMessage): Promise<ProviderResult> {
-    const job = {
+    const job: MtaJob = {
       messageId: m.id,
       to: m.to,
       from: m.from,
@@ -41,8 +42,8 @@ export class MtaProvider implements EmailProvider {
       // not JSON: reported below by status
     }
     if (res.status === 202 || res.status === 200) {
-      const data = body?.data ?? {};
-      return { providerMessageId: typeof data.messageId === 'string' ? data.messageId : m.id, messageId: null };
+      const data = (body as Partial<MtaJobAccepted> | null)?.data;
+      return { providerMessageId: typeof data?.messageId === 'string' ? data.messageId : m.id, messageId: null };
     }
     const detail = typeof body?.error?.message === 'string' ? body.error.message : text.slice(0, 200);
     // 429 (back-pressure) and 5xx are transient; 4xx means the MTA refused this message.

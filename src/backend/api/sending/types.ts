@@ -1,4 +1,6 @@
 /** The contract every sending provider implements (kept apart from resolution: no cycles). */
+import type { IpPool } from '../../../shared/contracts/mta.js';
+
 /** One message to one recipient, as every provider receives it. */
 export interface OutboundMessage {
   /** Our email_sends id: the MTA job's messageId, echoed back in feedback for correlation. */
@@ -11,7 +13,7 @@ export interface OutboundMessage {
   text?: string;
   replyTo?: string;
   headers?: Record<string, string>;
-  ipPool: 'transactional' | 'campaign';
+  ipPool: IpPool;
   /** The From domain: the MTA signs with its DKIM key. */
   dkimDomain: string;
   campaignId?: string | null;

@@ -1,6 +1,8 @@
 /**
- * The bundled MTA's events: `{ event, timestamp, data, id? }` (see docs/feedback.md for
- * each data shape). Delivery events become lifecycle events; the rest are operational.
+ * The bundled MTA's events: `{ id, event, timestamp, data }`, each validated against the
+ * contract both halves share (src/shared/contracts/mta.ts; catalogue in docs/mta.md).
+ * Delivery events become lifecycle events; the rest are operational. The de-duplication key
+ * is the event's `id`, stable across the MTA's retries.
  *
  * The MTA posts `sent` only after the recipient's MX answered 2xx to DATA (src/mta/effects.ts),
  * which is delivery in the lifecycle's (and Resend's) terms: it becomes `delivered`, with the
@@ -8,46 +10,58 @@
  */
 import {
   FeedbackFormatError,
-  MTA_OPERATIONAL_EVENTS,
   type FeedbackEvent,
   type MtaOperationalEventName,
   type OperationalEvent,
   type Translation,
 } from '../lifecycle.js';
-import { asObject, canonicalHash, classifyBounce, normEmail, optString, parseJson, requireEmail, timeMs, type Json } from './common.js';
+import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
+import type { TSchema } from '@sinclair/typebox';
+import {
+  isMtaEventName,
+  MTA_EVENT,
+  MTA_EVENT_BATCH_MAX,
+  MTA_EVENT_DATA,
+  MTA_EVENT_NAMES,
+  MtaEventEnvelopeSchema,
+  type MtaEventData,
+  type MtaEventEnvelope,
+  type MtaEventName,
+} from '../../../shared/contracts/mta.js';
+import { classifyBounce, normEmail, parseJson, requireEmail, timeMs, type Json } from './common.js';
 
 const SEVERITY: Record<MtaOperationalEventName, OperationalEvent['severity']> = {
-  'org.circuit_breaker': 'critical',
-  all_ips_blocked: 'critical',
-  'ip.blocklisted': 'warning',
-  'ip.delisted': 'info',
-  'ip.warming_complete': 'info',
+  [MTA_EVENT.orgCircuitBreaker]: 'critical',
+  [MTA_EVENT.allIpsBlocked]: 'critical',
+  [MTA_EVENT.ipBlocklisted]: 'warning',
+  [MTA_EVENT.ipDelisted]: 'info',
+  [MTA_EVENT.ipWarmingComplete]: 'info',
 };
 
-function addresses(v: unknown): string[] {
-  const list = Array.isArray(v) ? v : typeof v === 'string' ? v.split(',') : [];
-  return list.map(normEmail).filter((e): e is string => e !== null);
+const envelope = TypeCompiler.Compile(MtaEventEnvelopeSchema);
+const dataCheck = Object.fromEntries(MTA_EVENT_NAMES.map((n) => [n, TypeCompiler.Compile(MTA_EVENT_DATA[n])])) as { [K in MtaEventName]: TypeCheck<(typeof MTA_EVENT_DATA)[K]> };
+
+/** The first schema error as `<what><path> <message>` (e.g. `data/recipient Expected string`). */
+function firstError(check: TypeCheck<TSchema>, value: unknown, what: string): string {
+  const e = check.Errors(value).First();
+  return e ? `${what}${e.path} ${e.message}`.trim() : `${what} is invalid`;
 }
 
 /** The MX's reply as the MTA reports it (`smtpResponse` is the reply line; `smtpCode` is prefixed when the line lacks it). */
-function smtpReply(data: Json): string | null {
-  const text = optString(data.smtpResponse ?? data.response, 1000);
+function smtpReply(code: number | null, text: string | null): string | null {
   if (!text) return null;
-  const code = typeof data.smtpCode === 'number' && Number.isInteger(data.smtpCode) ? data.smtpCode : null;
   return code !== null && !/^\d{3}\b/.test(text) ? `${code} ${text}` : text;
 }
 
-/** Events in one array body at most (the MTA's notifier posts up to EVENT_POSTS.maxItems, the same 500). */
-export const MTA_MAX_BATCH = 500;
-
 /**
- * One event object, or an array of them (the MTA batches the events of one event-loop turn).
- * A malformed element refuses the whole body (400); the MTA then posts each event alone.
+ * One event object, or an array of them (the MTA's relay batches; src/mta/outbox/relay.ts).
+ * Each is validated against the contract (src/shared/contracts/mta.ts). A malformed element
+ * refuses the whole body (400); the MTA then posts each event alone.
  */
 export function translateMta(body: Buffer, nowMs: number): Translation {
   const parsed = parseJson(body);
   if (!Array.isArray(parsed)) return translateMtaEvent(parsed, nowMs);
-  if (parsed.length === 0 || parsed.length > MTA_MAX_BATCH) throw new FeedbackFormatError(`An MTA event array must hold 1 to ${MTA_MAX_BATCH} events`);
+  if (parsed.length === 0 || parsed.length > MTA_EVENT_BATCH_MAX) throw new FeedbackFormatError(`An MTA event array must hold 1 to ${MTA_EVENT_BATCH_MAX} events`);
   const events: FeedbackEvent[] = [];
   let ignored: string | undefined;
   for (const item of parsed) {
@@ -59,108 +73,98 @@ export function translateMta(body: Buffer, nowMs: number): Translation {
 }
 
 function translateMtaEvent(parsed: unknown, nowMs: number): Translation {
-  const root = asObject(parsed, 'MTA event');
-  const event = optString(root.event, 100);
-  if (!event) throw new FeedbackFormatError('MTA event must have an "event" name');
-  const data = asObject(root.data ?? {}, 'MTA event data');
+  if (!envelope.Check(parsed)) throw new FeedbackFormatError(`MTA event: ${firstError(envelope, parsed, '')}`);
+  const root = parsed as MtaEventEnvelope;
+  const name = root.event as string;
+  // A newer MTA may send events this backend does not know: acknowledge, do nothing.
+  if (!isMtaEventName(name)) return { events: [], ignored: `unknown MTA event ${name}` };
+  const check = dataCheck[name] as TypeCheck<TSchema>;
+  if (!check.Check(root.data)) throw new FeedbackFormatError(`MTA event ${name}: ${firstError(check, root.data, 'data')}`);
   const occurredAt = timeMs(root.timestamp, nowMs);
-  // The MTA's event id when it sends one; otherwise the hash of the event itself, which is
-  // the same for a retry of the same event (also after a dead-letter round trip via jsonb).
-  const eventId = optString(root.id, 200) ?? optString(data.eventId, 200) ?? `sha256:${canonicalHash({ event, timestamp: root.timestamp, data })}`;
-  const common = {
-    source: 'mta' as const,
-    eventId,
-    occurredAt,
-    providerMessageId: optString(data.messageId, 300),
-    sendId: optString(data.sendId, 100),
-  };
+  const eventId = root.id;
+  const base = { source: 'mta' as const, eventId, occurredAt };
 
-  switch (event) {
-    case 'sent':
+  switch (name) {
+    case MTA_EVENT.sent: {
+      const d = root.data as MtaEventData['sent'];
       return {
         events: [
           {
             kind: 'lifecycle',
-            ...common,
+            ...base,
+            providerMessageId: d.messageId,
+            sendId: null,
             status: 'delivered',
-            recipient: requireEmail(data.recipient ?? data.to, 'data.recipient'),
-            delivery: { smtpResponse: smtpReply(data) },
+            recipient: requireEmail(d.recipient, 'data.recipient'),
+            delivery: { smtpResponse: smtpReply(d.smtpCode, d.smtpResponse) },
           },
         ],
       };
-    case 'bounced': {
-      const hardFlag = typeof data.hard === 'boolean' ? (data.hard ? 'hard' : 'soft') : optString(data.bounceType, 20);
-      if (!hardFlag) throw new FeedbackFormatError('A bounced event needs data.bounceType (hard or soft) or data.hard');
-      const reason = optString(data.reason, 50)?.toLowerCase() ?? 'undefined';
-      const bounce = classifyBounce(hardFlag, optString(data.smtpResponse ?? data.diagnosticCode ?? data.response, 1000), reason);
-      const status = optString(data.enhancedCode, 20);
-      if (status && /^[245]\.\d{1,3}\.\d{1,3}$/.test(status)) bounce.status = status;
-      return { events: [{ kind: 'lifecycle', ...common, status: 'bounced', recipient: requireEmail(data.recipient ?? data.to, 'data.recipient'), bounce }] };
     }
-    case 'complained':
+    case MTA_EVENT.bounced: {
+      const d = root.data as MtaEventData['bounced'];
+      const bounce = classifyBounce(d.type, d.smtpResponse, d.reason.toLowerCase());
+      if (d.enhancedCode && /^[245]\.\d{1,3}\.\d{1,3}$/.test(d.enhancedCode)) bounce.status = d.enhancedCode;
+      return {
+        events: [{ kind: 'lifecycle', ...base, providerMessageId: d.messageId, sendId: null, status: 'bounced', recipient: requireEmail(d.recipient, 'data.recipient'), bounce }],
+      };
+    }
+    case MTA_EVENT.complained: {
+      const d = root.data as MtaEventData['complained'];
       return {
         events: [
           {
             kind: 'lifecycle',
-            ...common,
+            ...base,
+            providerMessageId: d.messageId,
+            sendId: null,
             status: 'complained',
-            recipient: requireEmail(data.recipient ?? data.to, 'data.recipient'),
-            complaint: { feedbackType: optString(data.feedbackType, 50) },
+            recipient: requireEmail(d.recipient, 'data.recipient'),
+            complaint: { feedbackType: d.feedbackType },
           },
         ],
       };
-    case 'inbound.received': {
-      const from = optString(data.from, 1000);
-      const to = addresses(data.to);
-      if (!from || to.length === 0) throw new FeedbackFormatError('An inbound.received event needs data.from and data.to');
-      const known = new Set(['messageId', 'from', 'to', 'subject', 'text', 'html', 'inReplyTo', 'references', 'receivedAt', 'eventId']);
+    }
+    case MTA_EVENT.inboundReceived: {
+      const d = root.data as MtaEventData['inbound.received'];
+      const to = d.to.map(normEmail).filter((e): e is string => e !== null);
+      if (to.length === 0) throw new FeedbackFormatError('An inbound.received event needs at least one address in data.to');
+      const known = new Set(Object.keys(MTA_EVENT_DATA[MTA_EVENT.inboundReceived].properties));
       const extra: Json = {};
-      for (const [k, v] of Object.entries(data)) if (!known.has(k)) extra[k] = v;
-      const refs = Array.isArray(data.references)
-        ? data.references.filter((r): r is string => typeof r === 'string')
-        : typeof data.references === 'string'
-          ? data.references.split(/\s+/).filter(Boolean)
-          : [];
+      for (const [k, v] of Object.entries(d)) if (!known.has(k)) extra[k] = v;
       const ev: FeedbackEvent = {
         kind: 'inbound',
-        source: 'mta',
-        eventId,
-        occurredAt,
+        ...base,
         message: {
-          messageId: optString(data.messageId, 998),
-          from,
+          messageId: d.messageId,
+          from: d.from,
           to,
-          subject: typeof data.subject === 'string' ? data.subject.slice(0, 998) : '',
-          text: typeof data.text === 'string' ? data.text : null,
-          html: typeof data.html === 'string' ? data.html : null,
-          inReplyTo: optString(data.inReplyTo, 998),
-          references: refs.slice(0, 100),
-          receivedAt: timeMs(data.receivedAt, occurredAt),
+          subject: d.subject,
+          text: d.text,
+          html: d.html,
+          inReplyTo: d.inReplyTo,
+          references: d.references,
+          receivedAt: timeMs(d.receivedAt, occurredAt),
           extra,
         },
       };
       return { events: [ev] };
     }
-    default:
-      if ((MTA_OPERATIONAL_EVENTS as readonly string[]).includes(event)) {
-        const name = event as MtaOperationalEventName;
-        return {
-          events: [
-            {
-              kind: 'operational',
-              source: 'mta',
-              eventId,
-              event: name,
-              severity: SEVERITY[name],
-              occurredAt,
-              organizationId: optString(data.organizationId, 200),
-              ip: optString(data.ip, 100),
-              data,
-            },
-          ],
-        };
-      }
-      // A newer MTA may send events this backend does not know: acknowledge, do nothing.
-      return { events: [], ignored: `unknown MTA event ${event}` };
+    default: {
+      const data = root.data as Json;
+      return {
+        events: [
+          {
+            kind: 'operational',
+            ...base,
+            event: name,
+            severity: SEVERITY[name],
+            organizationId: typeof data.organizationId === 'string' ? data.organizationId : null,
+            ip: typeof data.ip === 'string' ? data.ip : null,
+            data,
+          },
+        ],
+      };
+    }
   }
 }

@@ -1,0 +1,189 @@
+/**
+ * The relay: posts outbox rows to MTA_WEBHOOK_URL and marks them done (deleted) on a 2xx.
+ *
+ * Rows this instance wrote are posted at once from memory (leased to it for `leaseMs` at
+ * insert); everything else that is due — retries by the schedule, rows a crashed instance
+ * wrote, DLQ retries — is claimed from the table every `pollMs`, oldest first. Posts are
+ * batched by the shared Batcher (a lone event as the object itself, several as a JSON array,
+ * at most 4 in flight). An array refused with a 4xx is posted event by event, so one event the
+ * backend cannot take does not hold up the others.
+ *
+ * Delivery is at least once (a post whose answer is lost is made again); the backend applies
+ * each event id at most once, so effects happen exactly once.
+ */
+import { unixSeconds, type Clock } from '../../shared/clock.js';
+import { hmacSha256Hex } from '../../shared/crypto.js';
+import { Batcher } from '../../shared/batch.js';
+import type { Logger } from '../../shared/log.js';
+import { PeerClient, type PeerError } from '../../shared/net/peer.js';
+import { VERSION } from '../../shared/version.js';
+import type { MtaEventData, MtaEventName } from '../../shared/contracts/mta.js';
+import type { MtaEvents } from '../events.js';
+import type { MtaMetrics } from '../metrics.js';
+import type { MtaPolicy } from '../policy.js';
+import { outboxEvent, type OutboxEvent, type OutboxStore } from './store.js';
+
+export interface RelayOptions {
+  /** Where and with which secret to post; either unset: events are not written at all (logged once). */
+  webhookUrl: string | undefined;
+  webhookSecret: string | undefined;
+  policy: MtaPolicy['events'];
+}
+
+export class OutboxRelay implements MtaEvents {
+  private readonly http = new PeerClient();
+  private readonly posts: Batcher<OutboxEvent, void>;
+  private readonly writes: Batcher<OutboxEvent, boolean>;
+  private timer: NodeJS.Timeout | undefined;
+  private polling: Promise<void> | null = null;
+  private warnedUnconfigured = false;
+  private stopped = false;
+
+  constructor(
+    private readonly store: OutboxStore,
+    private readonly o: RelayOptions,
+    private readonly clock: Clock,
+    private readonly log: Logger,
+    private readonly metrics: MtaMetrics | null,
+  ) {
+    this.posts = new Batcher<OutboxEvent, void>(async (batch) => {
+      await this.post(batch);
+      return batch.map(() => undefined);
+    }, o.policy.posts);
+    // Events written on their own (breaker, warming, emergency): group-committed like the log.
+    this.writes = new Batcher(async (batch) => {
+      const fresh = await this.store.insert(batch);
+      return batch.map((e) => fresh.has(e.id));
+    }, o.policy.posts);
+  }
+
+  /** False when there is nowhere to post: callers then write no event (as before the outbox). */
+  get enabled(): boolean {
+    if (this.o.webhookUrl && this.o.webhookSecret) return true;
+    if (!this.warnedUnconfigured) {
+      this.warnedUnconfigured = true;
+      this.log.warn('MTA_WEBHOOK_URL or MTA_WEBHOOK_SECRET is not set: events to the backend are not sent');
+    }
+    return false;
+  }
+
+  /** Builds an event for a caller that writes it in its own transaction (then calls `written`). */
+  event<K extends MtaEventName>(event: K, data: MtaEventData[K], id?: string): OutboxEvent | null {
+    if (!this.enabled) {
+      this.metrics?.webhookEvents.inc({ event, outcome: 'unconfigured' });
+      return null;
+    }
+    return outboxEvent(event, data, this.clock.now(), id);
+  }
+
+  /** Writes an event on its own; resolves once it is durable (never rejects: a failed write is logged). */
+  async emit<K extends MtaEventName>(event: K, data: MtaEventData[K]): Promise<void> {
+    const e = this.event(event, data);
+    if (!e) return;
+    try {
+      if (await this.writes.submit(e, e.body.length)) this.written([e]);
+    } catch (err) {
+      this.log.error({ err, event, eventId: e.id }, 'event lost: the outbox write failed');
+      this.metrics?.webhookEvents.inc({ event, outcome: 'lost' });
+    }
+  }
+
+  /** Events this instance has just committed: post them now (they are leased to it). */
+  written(events: readonly OutboxEvent[]): void {
+    if (this.stopped) return; // a later start (or another instance) takes them when the lease ends
+    for (const e of events) void this.posts.submit(e, e.body.length);
+  }
+
+  /** Starts looking for due rows (retries, a dead instance's rows, DLQ retries). */
+  start(): void {
+    if (!this.enabled) return;
+    this.timer = setInterval(() => void this.poll(), this.o.policy.pollMs);
+    this.timer.unref();
+    void this.poll();
+  }
+
+  /** One look for due rows; resolves when their posts are done (tests call it directly). */
+  poll(): Promise<void> {
+    this.polling ??= (async () => {
+      try {
+        for (;;) {
+          const due = await this.store.claimDue(this.o.policy.posts.maxItems);
+          if (due.length === 0) return;
+          await Promise.all(due.map((e) => this.posts.submit(e, e.body.length)));
+          if (due.length < this.o.policy.posts.maxItems || this.stopped) return;
+        }
+      } catch (err) {
+        this.log.error({ err }, 'outbox poll failed');
+      } finally {
+        this.polling = null;
+      }
+    })();
+    return this.polling;
+  }
+
+  /** Re-queues dead-lettered events (all when `ids` is undefined); returns the ids queued. */
+  async retryFromDlq(ids?: string[]): Promise<string[]> {
+    const queued = await this.store.retry(ids);
+    if (queued.length > 0) void this.poll();
+    return queued;
+  }
+
+  /** One post of the batch, then its rows' bookkeeping. Never throws. */
+  private async post(batch: OutboxEvent[]): Promise<void> {
+    const error = await this.send(batch.length === 1 ? batch[0]!.body : `[${batch.map((e) => e.body).join(',')}]`);
+    try {
+      if (error === null) {
+        await this.store.delivered(batch.map((e) => e.id));
+        for (const e of batch) this.metrics?.webhookEvents.inc({ event: e.event, outcome: 'delivered' });
+        return;
+      }
+      if (batch.length > 1 && /^HTTP 4/.test(error)) {
+        await Promise.all(batch.map((e) => this.post([e])));
+        return;
+      }
+      const dead = new Set(await this.store.failed(batch.map((e) => e.id), error));
+      for (const e of batch) {
+        const outcome = dead.has(e.id) ? 'dead_lettered' : 'queued_for_retry';
+        this.metrics?.webhookEvents.inc({ event: e.event, outcome });
+        if (dead.has(e.id)) this.log.warn({ event: e.event, eventId: e.id, error }, 'event moved to the dead-letter queue');
+      }
+    } catch (err) {
+      // The row stays pending and leased: it is posted again once the lease ends.
+      this.log.error({ err, events: batch.length }, 'outbox bookkeeping failed');
+    }
+  }
+
+  /** One signed POST of `text`; null on a 2xx, otherwise the error. */
+  private async send(text: string): Promise<string | null> {
+    const url = this.o.webhookUrl!;
+    const ts = String(unixSeconds(this.clock.now()));
+    try {
+      const res = await this.http.postJson(
+        url,
+        text,
+        { 'user-agent': `Lettermill-MTA/${VERSION}`, 'x-mta-timestamp': ts, 'x-mta-signature': hmacSha256Hex(this.o.webhookSecret!, `${ts}.${text}`) },
+        this.o.policy.postTimeoutMs,
+      );
+      return res.status >= 200 && res.status < 300 ? null : `HTTP ${res.status}`;
+    } catch (err) {
+      const e = err as PeerError;
+      return `${e.message}${e.code && !e.message.includes(e.code) ? ` (${e.code})` : ''}`;
+    }
+  }
+
+  /** Resolves when every write and post under way has finished (shutdown, tests). */
+  async settle(): Promise<void> {
+    await this.writes.drain();
+    await this.posts.drain();
+  }
+
+  /** Finishes posts in flight; rows not yet posted stay in the table for the next start. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    await this.writes.drain();
+    await this.polling;
+    await this.posts.drain();
+    this.http.close();
+  }
+}

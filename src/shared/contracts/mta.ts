@@ -1,0 +1,217 @@
+/**
+ * The contract between the backend and the MTA, in one place (docs/mta.md → "Event catalogue").
+ * Both halves import these schemas and their `Static` types: the backend builds the job with
+ * `MtaJob` and validates each posted event against `MTA_EVENT_DATA`; the MTA's `/send`
+ * validates the job with `MtaJobSchema` and its outbox types every event with `MtaEventData`.
+ * Nothing else restates a field name or an event name (test/architecture.test.ts).
+ *
+ * Compatibility rules: the job refuses unknown fields (a typo must not be silently dropped);
+ * event data allows them (a newer MTA may add fields), and an unknown event name is
+ * acknowledged and ignored by the backend, so a newer MTA never dead-letters it.
+ */
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+
+const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
+
+// ------------------------------------------------------------------------------- the job
+
+export const IP_POOLS = ['transactional', 'campaign'] as const;
+export type IpPool = (typeof IP_POOLS)[number];
+
+/**
+ * The email job of mta.md (`POST {MTA_URL}/send`). Its content is built HTML/text today; a
+ * job carrying already-built MIME (SMTP submission, inbound forwarding) will be a second
+ * content variant of this schema (`raw` instead of `subject`/`html`/`text`), so every other
+ * field and the queue payload derived from it stay as they are.
+ */
+export const MtaJobSchema = Type.Object(
+  {
+    messageId: Type.String({ minLength: 1, maxLength: 255, description: 'Unique ID for correlation (also the idempotency key per organization)' }),
+    to: Type.String({ minLength: 3, maxLength: 254, description: 'Recipient address' }),
+    from: Type.String({ minLength: 1, maxLength: 512, description: 'Sender: `a@b` or `Name <a@b>`' }),
+    subject: Type.String({ maxLength: 998 }),
+    html: Type.String({ description: 'HTML body' }),
+    text: Type.Optional(Type.String({ description: 'Plain-text body' })),
+    replyTo: Type.Optional(Type.String({ maxLength: 512 })),
+    headers: Type.Optional(Type.Record(Type.String(), Type.String({ maxLength: 998 }), { maxProperties: 50, description: 'Extra headers' })),
+    ipPool: Type.Union(IP_POOLS.map((p) => Type.Literal(p))),
+    organizationId: Type.String({ minLength: 1, maxLength: 128, description: 'Scope of the circuit breaker and limits' }),
+    engagementScore: Type.Optional(
+      Type.Unknown({
+        description:
+          'Number from 0 to 100 (0 = cold). Omitted, null, non-finite or out-of-range values are treated as unknown (default band), never clamped.',
+      }),
+    ),
+    dkimDomain: Type.String({ minLength: 1, maxLength: 253, description: 'Domain used for DKIM signing; must equal the From domain' }),
+    campaignId: Type.Optional(Nullable(Type.String({ maxLength: 128, description: 'Provenance for bounce and complaint attribution' }))),
+  },
+  { additionalProperties: false },
+);
+export type MtaJob = Omit<Static<typeof MtaJobSchema>, 'ipPool'> & { ipPool: IpPool };
+
+/** `POST /send`'s 202 body (decisions.md). */
+export const MtaJobAcceptedSchema = Type.Object({
+  data: Type.Object({ jobId: Type.String(), messageId: Type.String(), status: Type.Literal('queued') }),
+});
+export type MtaJobAccepted = Static<typeof MtaJobAcceptedSchema>;
+
+// ---------------------------------------------------------------------------- the events
+
+/** Event names (mta.md → Events). Code names an event through this object, never a literal. */
+export const MTA_EVENT = {
+  sent: 'sent',
+  bounced: 'bounced',
+  complained: 'complained',
+  inboundReceived: 'inbound.received',
+  orgCircuitBreaker: 'org.circuit_breaker',
+  ipBlocklisted: 'ip.blocklisted',
+  ipDelisted: 'ip.delisted',
+  ipWarmingComplete: 'ip.warming_complete',
+  allIpsBlocked: 'all_ips_blocked',
+} as const;
+export type MtaEventName = (typeof MTA_EVENT)[keyof typeof MTA_EVENT];
+export const MTA_EVENT_NAMES = Object.values(MTA_EVENT) as MtaEventName[];
+/** Events about the MTA's own state (not about one message). */
+export const MTA_OPERATIONAL_EVENTS = [MTA_EVENT.orgCircuitBreaker, MTA_EVENT.ipBlocklisted, MTA_EVENT.ipDelisted, MTA_EVENT.ipWarmingComplete, MTA_EVENT.allIpsBlocked] as const;
+export type MtaOperationalEventName = (typeof MTA_OPERATIONAL_EVENTS)[number];
+
+const Str = (max: number) => Type.String({ maxLength: max });
+const Id = Type.String({ minLength: 1, maxLength: 255 });
+const Address = Type.String({ minLength: 3, maxLength: 254 });
+const Iso = Type.String({ minLength: 10, maxLength: 40, description: 'ISO 8601 date-time (UTC)' });
+const Code = Nullable(Type.Integer({ minimum: 200, maximum: 599 }));
+const Open = { additionalProperties: true } as const;
+
+/** What every per-message event says about the message it concerns. */
+const MessageRef = {
+  messageId: Id,
+  organizationId: Type.String({ minLength: 1, maxLength: 128 }),
+  campaignId: Nullable(Str(128)),
+  recipient: Address,
+};
+
+/** The recipient's MX answered 2xx to DATA: delivery in the lifecycle's terms (`email.delivered`). */
+const SentData = Type.Object(
+  {
+    ...MessageRef,
+    jobId: Id,
+    domain: Str(253),
+    pool: Nullable(Str(100)),
+    ip: Str(100),
+    mxHost: Nullable(Str(253)),
+    smtpCode: Code,
+    smtpResponse: Nullable(Str(2000)),
+    tls: Type.Boolean(),
+    attempt: Type.Integer({ minimum: 0 }),
+  },
+  Open,
+);
+
+/** A permanent (5xx) refusal, or a message that expired after its last deferral (`soft`, reason `expired`). */
+const BouncedData = Type.Object(
+  {
+    ...MessageRef,
+    jobId: Nullable(Id),
+    domain: Str(253),
+    type: Type.Union([Type.Literal('hard'), Type.Literal('soft')]),
+    /** Sisimai's vocabulary, lower case (decisions.md). */
+    reason: Type.String({ minLength: 1, maxLength: 50 }),
+    smtpCode: Code,
+    enhancedCode: Nullable(Str(20)),
+    smtpResponse: Nullable(Str(2000)),
+    mxHost: Nullable(Str(253)),
+    pool: Nullable(Str(100)),
+    ip: Nullable(Str(100)),
+    attempt: Type.Integer({ minimum: 0 }),
+  },
+  Open,
+);
+
+/** A feedback report (ARF) about one of our messages. */
+const ComplainedData = Type.Object(
+  {
+    ...MessageRef,
+    messageId: Nullable(Id),
+    organizationId: Nullable(Type.String({ minLength: 1, maxLength: 128 })),
+    feedbackType: Nullable(Str(50)),
+  },
+  Open,
+);
+
+/** A message received for a routed address or mailbox. */
+const InboundReceivedData = Type.Object(
+  {
+    messageId: Nullable(Str(998)),
+    from: Type.String({ minLength: 1, maxLength: 1000 }),
+    to: Type.Array(Address, { minItems: 1, maxItems: 1000 }),
+    subject: Str(998),
+    text: Nullable(Type.String()),
+    html: Nullable(Type.String()),
+    inReplyTo: Nullable(Str(998)),
+    references: Type.Array(Str(998), { maxItems: 100 }),
+    receivedAt: Iso,
+  },
+  Open,
+);
+
+const OrgCircuitBreakerData = Type.Object(
+  {
+    organizationId: Type.String({ minLength: 1, maxLength: 128 }),
+    severity: Type.Literal('critical'),
+    state: Type.Literal('open'),
+    window: Nullable(Str(50)),
+    signal: Nullable(Str(50)),
+    rate: Nullable(Type.Number()),
+    threshold: Nullable(Type.Number()),
+    sample: Nullable(Type.Integer()),
+    cooldownMs: Type.Integer({ minimum: 0 }),
+    openedAt: Iso,
+  },
+  Open,
+);
+
+const IpListingData = Type.Object({ ip: Str(100), zone: Str(253), pools: Type.Array(Str(100)), at: Iso }, Open);
+
+const IpWarmingCompleteData = Type.Object({ ip: Str(100), pools: Type.Array(Str(100)), startedAt: Iso, graduatedAt: Iso, day: Type.Integer({ minimum: 0 }) }, Open);
+
+const AllIpsBlockedData = Type.Object(
+  {
+    pool: Str(100),
+    dedicatedIp: Nullable(Str(100)),
+    measured: Type.Boolean(),
+    addresses: Type.Array(Type.Object({ ip: Str(100), reason: Str(100), zone: Nullable(Str(253)), since: Nullable(Iso) }, Open)),
+  },
+  Open,
+);
+
+/** Each event's `data` schema, by name. */
+export const MTA_EVENT_DATA = {
+  [MTA_EVENT.sent]: SentData,
+  [MTA_EVENT.bounced]: BouncedData,
+  [MTA_EVENT.complained]: ComplainedData,
+  [MTA_EVENT.inboundReceived]: InboundReceivedData,
+  [MTA_EVENT.orgCircuitBreaker]: OrgCircuitBreakerData,
+  [MTA_EVENT.ipBlocklisted]: IpListingData,
+  [MTA_EVENT.ipDelisted]: IpListingData,
+  [MTA_EVENT.ipWarmingComplete]: IpWarmingCompleteData,
+  [MTA_EVENT.allIpsBlocked]: AllIpsBlockedData,
+} satisfies Record<MtaEventName, TSchema>;
+
+export type MtaEventData = { [K in MtaEventName]: Static<(typeof MTA_EVENT_DATA)[K]> };
+
+/** One posted event (decisions.md → MTA ↔ backend). `id` is stable across retries: the backend applies it at most once. */
+export const MtaEventEnvelopeSchema = Type.Object(
+  {
+    id: Type.String({ minLength: 1, maxLength: 200 }),
+    event: Type.String({ minLength: 1, maxLength: 100 }),
+    timestamp: Iso,
+    data: Type.Object({}, Open),
+  },
+  Open,
+);
+export type MtaEventEnvelope<K extends MtaEventName = MtaEventName> = { id: string; event: K; timestamp: string; data: MtaEventData[K] };
+
+/** Events in one posted array at most (the MTA's relay sends up to this many; the backend takes 1 to this many). */
+export const MTA_EVENT_BATCH_MAX = 500;
+
+export const isMtaEventName = (s: string): s is MtaEventName => (MTA_EVENT_NAMES as string[]).includes(s);
