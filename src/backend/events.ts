@@ -13,6 +13,7 @@
  */
 import type { Clock } from '../shared/clock.js';
 import { newId } from '../shared/crypto.js';
+import type { DbClient } from '../shared/db/pool.js';
 import type { Logger } from '../shared/log.js';
 import type { WebhookEventMap } from './webhooks/catalog.js';
 
@@ -31,9 +32,13 @@ export interface EmittedEvent<K extends BackendEventName = BackendEventName> {
 }
 
 export type EventSink = (event: EmittedEvent) => void | Promise<void>;
+/** A sink that writes events in the emitter's transaction (and throws with it). */
+export type TxEventSink = (client: DbClient, events: EmittedEvent[]) => Promise<void>;
 
 export class EventBus {
   private readonly sinks = new Set<EventSink>();
+  /** Sinks that also write inside a transaction: emitIn uses this form, emit the plain one. */
+  private readonly txSinks = new Map<EventSink, TxEventSink>();
 
   constructor(private readonly deps: { clock: Clock; log: Logger }) {}
 
@@ -52,10 +57,39 @@ export class EventBus {
     return pending.length ? Promise.all(pending).then(() => undefined) : Promise.resolve();
   }
 
-  /** Adds a sink; returns the function that removes it. */
-  subscribe(sink: EventSink): () => void {
+  /**
+   * Emits events as part of the caller's transaction: durable sinks (outbound webhooks) write
+   * them with `client`, so they commit exactly when what caused them commits — a crash cannot
+   * keep the cause and lose the event. Returns what to call once the transaction has
+   * committed: it tells the other sinks (observers).
+   */
+  async emitIn(client: DbClient, items: { name: BackendEventName; data: BackendEventMap[BackendEventName] }[], at = this.deps.clock.now()): Promise<() => void> {
+    if (items.length === 0) return () => {};
+    const events = items.map(({ name, data }) => ({ id: newId('evt', at), name, data, emittedAt: at }) as EmittedEvent);
+    for (const write of this.txSinks.values()) await write(client, events);
+    return () => {
+      for (const sink of this.sinks) {
+        if (this.txSinks.has(sink)) continue;
+        for (const event of events) {
+          try {
+            const r = sink(event);
+            if (r) r.catch((err: unknown) => this.deps.log.error({ err, event: event.name }, 'event sink failed'));
+          } catch (err) {
+            this.deps.log.error({ err, event: event.name }, 'event sink failed');
+          }
+        }
+      }
+    };
+  }
+
+  /** Adds a sink (`inTx`: its form for emitIn); returns the function that removes it. */
+  subscribe(sink: EventSink, inTx?: TxEventSink): () => void {
     this.sinks.add(sink);
-    return () => this.sinks.delete(sink);
+    if (inTx) this.txSinks.set(sink, inTx);
+    return () => {
+      this.sinks.delete(sink);
+      this.txSinks.delete(sink);
+    };
   }
 }
 

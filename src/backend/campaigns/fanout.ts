@@ -23,11 +23,11 @@
  * The bus batches the writes (up to 500 events per transaction), so a 100,000-recipient
  * campaign costs the webhook store about 200 statements — none when no endpoint subscribes.
  */
+import { recordFailures, recordHandOffs } from '../sends/handoff.js';
 import { createHash, createHmac } from 'node:crypto';
 import type { Clock } from '../../shared/clock.js';
 import { toIso } from '../../shared/clock.js';
 import type { Db } from '../../shared/db/pool.js';
-import { tx } from '../../shared/db/pool.js';
 import type { Logger } from '../../shared/log.js';
 import { Queue } from '../../shared/queue/queue.js';
 import type { Job, JobOutcome } from '../../shared/queue/types.js';
@@ -35,7 +35,6 @@ import { Worker } from '../../shared/queue/worker.js';
 import type { Signer } from '../../shared/signing.js';
 import { domainOf, parseMailbox } from '../api/email-address.js';
 import type { EventBus } from '../events.js';
-import { emailRefColumns, emailSentData, type EmailRefRow } from '../webhooks/email-events.js';
 import { isCampaignSendingPaused } from '../feedback/sending-pause.js';
 import type { LinkSigner } from '../public/tracked-links.js';
 import { preferencesToken, unsubscribeToken } from '../public/tokens.js';
@@ -57,7 +56,7 @@ export interface FanoutDeps {
   baseUrl: () => string;
   organizationName: string;
   /** Where `email.sent` goes (the backend's bus). */
-  events?: Pick<EventBus, 'emit'>;
+  events?: Pick<EventBus, 'emitIn'>;
 }
 
 /** Members who get a campaign ($1 = topic): active, not waiting for double opt-in, not suppressed. */
@@ -354,42 +353,20 @@ export class Fanout {
         break;
       }
     }
-    const firsts = await tx(this.d.db, async (q) => {
-      let firsts: EmailRefRow[] = [];
-      if (acceptedIds.length) {
-        // As recordHandOff (api/sending/send.ts), for a batch: rows locked in id order.
-        const r = await q.query<EmailRefRow & { first: boolean }>({
-          name: 'lm_campaign_sends_handed_over',
-          text: `WITH t AS (SELECT * FROM unnest($1::text[], $3::text[]) AS t(id, pid)),
-                 prior AS (SELECT e.id, e.provider_message_id FROM email_sends e JOIN t ON t.id = e.id
-                            WHERE e.status = 'sending' OR e.provider_message_id IS NULL ORDER BY e.id FOR UPDATE OF e)
-                 UPDATE email_sends e
-                    SET status = CASE WHEN e.status = 'sending' THEN 'accepted' ELSE e.status END,
-                        provider_message_id = coalesce(t.pid, e.id), updated_at = $2
-                   FROM t, prior p WHERE e.id = t.id AND p.id = e.id
-                 RETURNING ${emailRefColumns('e')}, p.provider_message_id IS NULL AS first`,
-          values: [acceptedIds, at, providerIds],
-        });
-        firsts = r.rows.filter((row) => row.first);
-      }
-      if (refusedIds.length) {
-        await q.query(
-          `UPDATE email_sends e SET status = 'failed', error = t.err, updated_at = $2
-             FROM unnest($1::text[], $3::text[]) AS t(id, err) WHERE e.id = t.id AND e.status = 'sending'`,
-          [refusedIds, at, refusedErrors],
-        );
-      }
-      if (cursor !== ctx.row.cursor_contact) {
-        await q.query(`UPDATE campaigns SET cursor_contact = $2, updated_at = $3 WHERE id = $1`, [ctx.row.id, cursor, at]);
-      }
-      return firsts;
-    });
+    // Status moves, email.sent for first hand-overs and the cursor: one transaction.
+    await recordHandOffs(
+      this.d.db,
+      this.d.events,
+      acceptedIds.map((id, i) => ({ id, providerMessageId: providerIds[i]! })),
+      Date.parse(at),
+      async (q) => {
+        await recordFailures(q, refusedIds.map((id, i) => ({ id, error: refusedErrors[i]! })), Date.parse(at));
+        if (cursor !== ctx.row.cursor_contact) {
+          await q.query(`UPDATE campaigns SET cursor_contact = $2, updated_at = $3 WHERE id = $1`, [ctx.row.id, cursor, at]);
+        }
+      },
+    );
     ctx.row.cursor_contact = cursor;
-    if (this.d.events && firsts.length) {
-      // Awaited (recording overlaps the next batch's hand-over anyway): durable before the job moves on.
-      const sentAt = Date.parse(at);
-      await Promise.all(firsts.map((row) => this.d.events!.emit('email.sent', emailSentData(row, sentAt))));
-    }
     if (refusedIds.length) this.d.log.warn({ campaignId: ctx.row.id, refused: refusedIds.length, example: refusedErrors[0] }, 'provider refused campaign messages');
   }
 

@@ -7,21 +7,20 @@
  * Lifecycle effects: the send's status (never backwards), the blocklist for hard bounces
  * and complaints (and relay suppressions with a blocklist reason), the contact's activity,
  * and the customer event (email.delivered / bounced / complained; email.sent comes from the
- * hand-over, not from feedback) once the transaction has committed. MTA operational effects: team inbox, recorded MTA events,
+ * hand-over, not from feedback), written in the same transaction. MTA operational effects: team inbox, recorded MTA events,
  * campaign-sending pause on a circuit breaker, and logs.
  */
 import type { Clock } from '../../shared/clock.js';
 import { newId } from '../../shared/crypto.js';
 import { tx, type Db, type DbClient } from '../../shared/db/pool.js';
 import type { Logger } from '../../shared/log.js';
-import type { BackendEventMap, BackendEventName } from '../events.js';
+import type { BackendEventName, EventBus } from '../events.js';
 import type { FeedbackEvent, InboundEvent, LifecycleEvent, OperationalEvent, SuppressionReason } from './lifecycle.js';
 import { ACTIVITY_STATUSES, BLOCKLIST_SUPPRESSION_REASONS, CUSTOMER_EVENT } from './policy.js';
-import { findContactIds, findSends, moveSendStatus, saveSendStatuses, type SendRef } from './sends.js';
+import { findContactIds, findSends, moveSendStatus, saveSendStatuses, type SendRef } from '../sends/feedback.js';
 
-export interface EventEmitter {
-  emit<K extends BackendEventName>(name: K, data: BackendEventMap[K]): Promise<void>;
-}
+/** The backend's event bus as feedback uses it: customer events written in the feedback transaction. */
+export type EventEmitter = Pick<EventBus, 'emitIn'>;
 
 export interface PipelineDeps {
   db: Db;
@@ -35,7 +34,7 @@ export interface ApplyResult {
   duplicates: number;
 }
 
-type Pending = { emit: { name: BackendEventName; data: any }[]; log: (() => void)[] };
+type Pending = { emit: { name: BackendEventName; data: any }[]; log: (() => void)[]; committed: () => void };
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
@@ -55,7 +54,7 @@ export async function applyFeedbackGroups(deps: PipelineDeps, groups: FeedbackEv
   let pending: Pending;
   let applied: boolean[];
   for (let attempt = 1; ; attempt++) {
-    pending = { emit: [], log: [] };
+    pending = { emit: [], log: [], committed: () => {} };
     try {
       applied = await tx(deps.db, (c) => applyAll(c, deps, events, pending));
       break;
@@ -67,7 +66,7 @@ export async function applyFeedbackGroups(deps: PipelineDeps, groups: FeedbackEv
     }
   }
   for (const l of pending.log) l();
-  for (const e of pending.emit) await deps.events.emit(e.name, e.data);
+  pending.committed();
   let at = 0;
   return groups.map((g) => {
     const mine = applied.slice(at, (at += g.length));
@@ -165,6 +164,9 @@ async function applyAll(c: DbClient, deps: PipelineDeps, events: FeedbackEvent[]
     if (ev.kind === 'inbound') await applyInbound(c, deps, ev, pending);
     else if (ev.kind === 'operational') await applyOperational(c, deps, ev, pending);
   }
+  // Written with the effects (outbound webhook deliveries in this transaction): a crash after
+  // the commit cannot lose them, and a rolled-back batch leaves none behind.
+  pending.committed = await deps.events.emitIn(c, pending.emit, now);
   return applied;
 }
 

@@ -22,7 +22,7 @@ import { TargetRefused } from '../../shared/net/target.js';
 import { Queue } from '../../shared/queue/queue.js';
 import type { Job, JobOutcome } from '../../shared/queue/types.js';
 import { Worker } from '../../shared/queue/worker.js';
-import type { Db, DbClient } from '../../shared/db/pool.js';
+import type { DbClient } from '../../shared/db/pool.js';
 import type { Services } from '../../shared/services.js';
 import type { EmittedEvent } from '../events.js';
 import { isWebhookEvent, WEBHOOK_EVENTS, type WebhookEventName } from './catalog.js';
@@ -258,6 +258,23 @@ export class WebhookService {
 
   // ================================================================== fan-out
 
+  /**
+   * The EventBus's transactional sink: the events' deliveries are written in the caller's
+   * transaction, so they exist exactly when what caused them committed (feedback effects, a
+   * hand-over). Throws with the transaction.
+   */
+  readonly acceptIn = async (client: DbClient, events: EmittedEvent[]): Promise<void> => {
+    const ours = events.filter((e) => isWebhookEvent(e.name));
+    const wanted = ours.filter((e) => this.subscriptions.wants(e.name));
+    this.skippedCount += ours.length - wanted.length;
+    if (wanted.length === 0) return;
+    await this.store.fanOutIn(
+      client,
+      wanted.map((e) => ({ id: e.id, type: e.name as WebhookEventName, data: e.data, at: e.emittedAt })),
+      this.enqueueIn,
+    );
+  };
+
   /** The EventBus sink. Never throws; settles once the event is written (or could not be). */
   readonly accept = (event: EmittedEvent): Promise<void> => {
     if (!isWebhookEvent(event.name)) return Promise.resolve();
@@ -327,13 +344,13 @@ export class WebhookService {
   /** Enqueues deliveries inside the caller's transaction (the queue only needs `query`). */
   private readonly enqueueIn = async (client: DbClient, rows: Enqueueable[]): Promise<void> => {
     if (rows.length === 0) return;
-    const queue = new Queue<DeliveryJob>({ db: client as unknown as Db, clock: this.clock, options: WEBHOOK_QUEUE });
-    await queue.enqueueMany(
+    await this.queue.enqueueMany(
       rows.map((r) => ({
         // Lanes spread one endpoint over a few groups: parallel, yet bounded per endpoint.
         groupKey: `${r.webhookId}:${this.failing.has(r.webhookId) ? 0 : laneOf(r.deliveryId, WEBHOOK_POLICY.lanesPerEndpoint)}`,
         payload: r.manual ? { deliveryId: r.deliveryId, manual: true } : { deliveryId: r.deliveryId },
       })),
+      client,
     );
   };
 

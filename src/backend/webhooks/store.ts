@@ -190,7 +190,13 @@ export class WebhookStore {
    */
   async fanOut(events: NewEvent[], enqueue: (client: DbClient, rows: Enqueueable[]) => Promise<void>): Promise<Enqueueable[]> {
     if (events.length === 0) return [];
-    return tx(this.db, async (c) => {
+    return tx(this.db, (c) => this.fanOutIn(c, events, enqueue));
+  }
+
+  /** The same inside the caller's transaction: the events commit with whatever caused them. */
+  async fanOutIn(c: DbClient, events: NewEvent[], enqueue: (client: DbClient, rows: Enqueueable[]) => Promise<void>): Promise<Enqueueable[]> {
+    if (events.length === 0) return [];
+    {
       const hooks = (
         await c.query<{ id: string; events: string[] }>('SELECT id, events FROM webhooks WHERE enabled ORDER BY id FOR KEY SHARE')
       ).rows;
@@ -230,7 +236,7 @@ export class WebhookStore {
       const rows = inserted.rows.map((r) => ({ deliveryId: r.id, webhookId: r.webhook_id, manual: false }));
       await enqueue(c, rows);
       return rows;
-    });
+    }
   }
 
   // ------------------------------------------------------------------ attempts

@@ -5,6 +5,8 @@ pg.types.setTypeParser(20, (v) => Number(v));
 
 export type Db = pg.Pool;
 export type DbClient = pg.PoolClient;
+/** The pool, or one transaction's client. */
+export type Queryable = Db | DbClient;
 
 export function createPool(connectionString: string, opts: { max?: number; applicationName?: string } = {}): Db {
   const pool = new pg.Pool({

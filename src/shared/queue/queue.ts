@@ -18,6 +18,7 @@
  */
 import type pg from 'pg';
 import { systemClock, toIso, type Clock } from '../clock.js';
+import type { Queryable } from '../db/pool.js';
 import { retryOnConflict } from '../db/retry.js';
 import { PayloadCache } from './payload-cache.js';
 import type {
@@ -248,14 +249,14 @@ export class Queue<P = unknown> {
    * Adds many jobs in one statement; returns their ids in input order (for a dedupe key
    * already used, the existing job's id).
    */
-  async enqueueMany(inputs: EnqueueInput<P>[]): Promise<string[]> {
+  async enqueueMany(inputs: EnqueueInput<P>[], within?: Queryable): Promise<string[]> {
     if (inputs.length === 0) return [];
-    const rows = await this.insert(inputs, false);
+    const rows = await this.insert(inputs, false, within);
     const ids = rows.map((r) => (r.inserted ? String(r.new_id) : null));
     const missing = rows.filter((r) => !r.inserted).map((r) => r.input_dedupe_key as string);
     if (missing.length > 0) {
       // A fresh statement: sees rows committed by concurrent enqueues and earlier rows of this batch.
-      const found = await this.db.query<{ id: number; dedupe_key: string }>(
+      const found = await (within ?? this.db).query<{ id: number; dedupe_key: string }>(
         'SELECT id, dedupe_key FROM queue_jobs WHERE queue = $1 AND dedupe_key = ANY ($2::text[])',
         [this.name, missing],
       );
@@ -270,7 +271,8 @@ export class Queue<P = unknown> {
     });
   }
 
-  private async insert(inputs: EnqueueInput<P>[], returnRows: boolean): Promise<Record<string, unknown>[]> {
+  /** `within`: a transaction's client, so the jobs commit (or roll back) with the caller's writes. */
+  private async insert(inputs: EnqueueInput<P>[], returnRows: boolean, within?: Queryable): Promise<Record<string, unknown>[]> {
     const now = this.clock.now();
     const groups: string[] = [];
     const priorities: number[] = [];
@@ -300,15 +302,17 @@ export class Queue<P = unknown> {
       dedupe.push(e.dedupeKey ?? null);
     }
     const text = returnRows ? SQL.enqueueRows : SQL.enqueueIds;
-    const res = await retryOnConflict(() =>
-      this.db.query({
+    const run = () =>
+      (within ?? this.db).query({
         name: returnRows ? 'lm_queue_enqueue_rows' : 'lm_queue_enqueue_ids',
         text,
         values: [this.name, groups, priorities, offsets, runAts, orgs, dedupe, this.options.maxAttempts, toIso(now), Buffer.concat(payloads, at - 1), lengths],
-      }),
-    );
+      });
+    // Inside a caller's transaction a failed statement aborts it: no retry there, the caller's rolls back whole.
+    const res = within ? await run() : await retryOnConflict(run);
     // Rows come back in input order; a dedupe hit stored nothing of ours.
-    if (this.cache) res.rows.forEach((r, i) => r.inserted && this.cache!.add(String(r.new_id), payloads[i]!));
+    // Not for a caller's transaction: it may still roll back.
+    if (this.cache && !within) res.rows.forEach((r, i) => r.inserted && this.cache!.add(String(r.new_id), payloads[i]!));
     return res.rows;
   }
 

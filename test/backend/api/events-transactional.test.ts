@@ -7,6 +7,7 @@ import { ManualClock } from '../../../src/shared/clock.js';
 import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receiver.js';
 import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
 import { startApi, type Api } from './helpers.js';
+import { mtaEvent } from '../../harness/mta-events.js';
 
 const MTA_KEY = 'lm_mta_test_master_key_0123456789abcdef';
 const MTA_WEBHOOK_SECRET = 'mta-webhook-secret-for-api-tests-0123456789';
@@ -145,11 +146,9 @@ describe('events and transactional', () => {
       expect(emailEvents()).toEqual([['email.sent', id]]);
 
       // The MTA delivered it: its `sent` event, in the shape src/mta/effects.ts posts.
-      const event = JSON.stringify({
-        event: 'sent',
-        timestamp: new Date(clock.now()).toISOString(),
-        data: { messageId: id, jobId: 'job_9', organizationId: 'default', campaignId: null, to: 'flow@example.com', domain: 'example.com', pool: 'transactional', ip: '127.0.0.2', mxHost: 'mx.example.com', smtpCode: 250, smtpResponse: '250 2.0.0 OK id=1x', tls: true, attempt: 1 },
-      });
+      const event = JSON.stringify(
+        mtaEvent('sent', { messageId: id, jobId: 'job_9', organizationId: 'default', campaignId: null, recipient: 'flow@example.com', domain: 'example.com', pool: 'transactional', ip: '127.0.0.2', mxHost: 'mx.example.com', smtpCode: 250, smtpResponse: '250 2.0.0 OK id=1x', tls: true, attempt: 1 }, { id: `mevt_${id}`, at: clock.now() }),
+      );
       expect(await mtaWebhook(event)).toEqual({ status: 200, body: { success: true, applied: 1, duplicates: 0 } });
       expect((await api.app.db.pool.query('SELECT status FROM email_sends WHERE id = $1', [id])).rows[0].status).toBe('delivered');
       expect(emailEvents()).toEqual([['email.sent', id], ['email.delivered', id]]);
@@ -194,7 +193,7 @@ describe('events and transactional', () => {
       // The MTA delivers and reports before it has even answered POST /send.
       mta.setResponder(async (req) => {
         const job = JSON.parse(req.rawBody.toString());
-        const event = JSON.stringify({ event: 'sent', timestamp: new Date(clock.now()).toISOString(), data: { messageId: job.messageId, to: job.to, smtpCode: 250, smtpResponse: '250 OK' } });
+        const event = JSON.stringify(mtaEvent('sent', { messageId: job.messageId, recipient: job.to, smtpCode: 250, smtpResponse: '250 OK' }, { at: clock.now() }));
         expect((await mtaWebhook(event)).body).toEqual({ success: true, applied: 1, duplicates: 0 });
         return { status: 202, body: { data: { jobId: 'job_fast', messageId: job.messageId, status: 'queued' } } };
       });

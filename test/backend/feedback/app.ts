@@ -67,7 +67,7 @@ export async function startFeedbackApp(
   let webhooks: WebhookService | undefined;
   if (opts.customerWebhooks) {
     webhooks = new WebhookService(services, { pollMs: 25, sweepMs: 0 });
-    bus.subscribe(webhooks.accept);
+    bus.subscribe(webhooks.accept, webhooks.acceptIn);
     await webhooks.start();
   }
   registerFeedback(app, services, bus, opts.webhook);

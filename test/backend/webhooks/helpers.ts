@@ -31,7 +31,7 @@ export async function startRig(
   const config = loadConfig({ WEBHOOK_ALLOW_HOSTS: '127.0.0.1', ...opts.env });
   const service = new WebhookService({ config, db: db.pool, log: silentLogger, clock }, { timers, pollMs: 25, sweepMs: 0, ...opts.service });
   const bus = new EventBus({ clock, log: silentLogger });
-  bus.subscribe(service.accept);
+  bus.subscribe(service.accept, service.acceptIn);
   if (opts.start !== false) await service.start();
   return {
     db,

@@ -8,8 +8,8 @@
  * refused (status failed), or one left `sending` by a crashed process, is attempted again
  * under the same id (the MTA de-duplicates on the job's messageId).
  *
- * `email.sent` is emitted here, once per send: by the request that first records the
- * provider's acceptance (recordHandOff), and awaited so it is durable before the answer.
+ * The status moves and `email.sent` (once per send, in the hand-over's own transaction) are
+ * the sends module's (../../sends/handoff.ts); durable before the answer.
  */
 import type { Clock } from '../../../shared/clock.js';
 import type { Config } from '../../../shared/config.js';
@@ -18,7 +18,7 @@ import type { Db } from '../../../shared/db/pool.js';
 import { AppError, conflict } from '../../../shared/errors.js';
 import type { Logger } from '../../../shared/log.js';
 import type { EventBus } from '../../events.js';
-import { emailRefColumns, emailSentData, type EmailRefRow } from '../../webhooks/email-events.js';
+import { recordFailures, recordHandOffs, retakeSend } from '../../sends/handoff.js';
 import { TRANSACTIONAL } from '../policy.js';
 import { closeProviders, ProviderError, resolveProvider, type EmailProvider, type OutboundMessage } from './provider.js';
 
@@ -59,7 +59,7 @@ interface SendRow {
 export class SendService {
   private readonly providers = new Map<string, EmailProvider>();
 
-  constructor(private readonly d: { db: Db; clock: Clock; log: Logger; config: Config; events?: Pick<EventBus, 'emit'> }) {}
+  constructor(private readonly d: { db: Db; clock: Clock; log: Logger; config: Config; events?: Pick<EventBus, 'emitIn'> }) {}
 
   /** The provider sends would use now; throws the 503 that refuses a send. */
   provider(): EmailProvider {
@@ -98,12 +98,9 @@ export class SendService {
         }
         return { id: row.id, status: row.status, replayed: true };
       }
-      const taken = await this.d.db.query(
-        `UPDATE email_sends SET status = 'sending', error = NULL, provider = $3, updated_at = $4
-          WHERE id = $1 AND status = $2 AND updated_at = $5`,
-        [row.id, row.status, provider.name, new Date(now), row.updated_at],
-      );
-      if (taken.rowCount === 0) throw conflict('A request with this Idempotency-Key is still being processed; retry shortly', 'idempotency_in_progress');
+      if (!(await retakeSend(this.d.db, { id: row.id, status: row.status, updatedAt: row.updated_at, provider: provider.name }, now))) {
+        throw conflict('A request with this Idempotency-Key is still being processed; retry shortly', 'idempotency_in_progress');
+      }
       id = row.id;
     }
 
@@ -123,18 +120,11 @@ export class SendService {
     try {
       const result = await provider.send(message);
       const at = this.d.clock.now();
-      const first = await recordHandOff(this.d.db, { id, providerMessageId: result.providerMessageId, messageId: result.messageId, at });
-      if (first) await this.d.events?.emit('email.sent', emailSentData(first, at));
+      await recordHandOffs(this.d.db, this.d.events, [{ id, providerMessageId: result.providerMessageId, messageId: result.messageId }], at);
       return { id, status: 'accepted', replayed: false };
     } catch (err) {
       const message = err instanceof ProviderError ? err.message : `Sending failed: ${(err as Error).message}`;
-      await this.d.db
-        .query(`UPDATE email_sends SET status = 'failed', error = $2, updated_at = $3 WHERE id = $1 AND status = 'sending'`, [
-          id,
-          message.slice(0, 1000),
-          new Date(this.d.clock.now()),
-        ])
-        .catch((e) => this.d.log.error({ err: e, sendId: id }, 'could not record a failed send'));
+      await recordFailures(this.d.db, [{ id, error: message }], this.d.clock.now()).catch((e) => this.d.log.error({ err: e, sendId: id }, 'could not record a failed send'));
       this.d.log.warn({ sendId: id, provider: provider.name, error: message }, 'provider refused a send');
       throw new AppError('unavailable', `The email provider (${provider.name}) did not accept the message: ${message}`, {
         reason: err instanceof ProviderError && !err.retryable ? 'provider_rejected' : 'provider_error',
@@ -145,28 +135,4 @@ export class SendService {
   async close(): Promise<void> {
     await closeProviders(this.providers);
   }
-}
-
-/**
- * Records that the provider accepted a send: `sending` → `accepted` (a status feedback already
- * moved further is kept) and the provider's ids. Returns the row when this is the first
- * recorded hand-over of the send — the one that emits `email.sent` — else null.
- *
- * "First" is "provider_message_id was still NULL": a recorded hand-over always leaves it set
- * (the send id when the provider names none), and feedback never writes it. Unlike the status,
- * this also holds when delivery feedback overtook the hand-over's record, and when a send
- * that was accepted and later failed is attempted again under its Idempotency-Key.
- */
-async function recordHandOff(db: Db, h: { id: string; providerMessageId: string | null; messageId: string | null; at: number }): Promise<EmailRefRow | null> {
-  const r = await db.query<EmailRefRow & { first: boolean }>(
-    `WITH prior AS (SELECT id, provider_message_id FROM email_sends WHERE id = $1 AND (status = 'sending' OR provider_message_id IS NULL) FOR UPDATE)
-     UPDATE email_sends e
-        SET status = CASE WHEN e.status = 'sending' THEN 'accepted' ELSE e.status END,
-            provider_message_id = coalesce($2, e.id), message_id = coalesce($3, e.message_id), updated_at = $4
-       FROM prior p WHERE e.id = p.id
-     RETURNING ${emailRefColumns('e')}, p.provider_message_id IS NULL AS first`,
-    [h.id, h.providerMessageId, h.messageId, new Date(h.at)],
-  );
-  const row = r.rows[0];
-  return row?.first ? row : null;
 }

@@ -1,5 +1,5 @@
 /**
- * The narrow link between feedback and the REST API's tables (issue 3): which sends a batch
+ * Feedback's transitions of email_sends (the sends module; hand-overs are ./handoff.ts): which sends a batch
  * of events concerns, moving their status, and contacts' ids by address. Everything the
  * pipeline knows about those tables' columns is in this file. Every function takes a whole
  * batch and runs one statement, whatever its size: the MTA reports every delivered message.
@@ -7,8 +7,8 @@
 import type { DbClient } from '../../shared/db/pool.js';
 import type { EmailRef } from '../webhooks/catalog.js';
 import { EMAIL_REF_COLUMNS, emailRef } from '../webhooks/email-events.js';
-import type { LifecycleEvent, LifecycleStatus } from './lifecycle.js';
-import { STATUS_RANK } from './policy.js';
+import type { LifecycleEvent, LifecycleStatus } from '../feedback/lifecycle.js';
+import { STATUS_RANK } from '../feedback/policy.js';
 
 export interface SendRef {
   id: string;
