@@ -7,7 +7,7 @@ const USAGE = `Usage: lettermill <command> [options]
 
 Commands:
   serve [--role backend|mta|all]   start the given role (default: all, in one process)
-  migrate                          apply database migrations and function files, and exit
+  migrate                          apply database migrations and exit
   config                           list every configuration variable
   help                             show this help
 `;
