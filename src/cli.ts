@@ -49,7 +49,8 @@ async function main(argv: string[]): Promise<void> {
       return serve(values.role as Role);
     }
     case 'migrate': {
-      const applied = await migrateOnly();
+      const { migrations, functions } = await migrateOnly();
+      const applied = [...migrations, ...functions.map((f) => `functions/${f}.sql`)];
       process.stdout.write(applied.length ? `applied: ${applied.join(', ')}\n` : 'database is up to date\n');
       return;
     }

@@ -1,6 +1,7 @@
 /**
  * The layout's rules, checked: dependencies point runtime → backend | mta → shared; the
- * backend and the MTA never import each other (they talk over HTTP); no runtime import cycles.
+ * backend and the MTA never import each other (they talk over HTTP); no runtime import cycles;
+ * each database function has one source, its file in db/functions.
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -66,5 +67,24 @@ describe('architecture', () => {
   it('the MTA pipeline is ten phase files in order', () => {
     const phases = readdirSync(join(SRC, 'mta/pipeline')).filter((f) => /^\d\d-/.test(f)).sort();
     expect(phases.map((f) => f.slice(0, 2))).toEqual(['01', '02', '03', '04', '05', '06', '07', '08', '09', '10']);
+  });
+
+  it('no migration defines a function; each function is defined in one file of db/functions', () => {
+    const migrations = join(SRC, 'shared/db/migrations');
+    const defining = readdirSync(migrations).filter((f) => /\bCREATE\s+(OR\s+REPLACE\s+)?FUNCTION\b/i.test(readFileSync(join(migrations, f), 'utf8')));
+    expect(defining).toEqual([]);
+
+    const dir = join(SRC, 'shared/db/functions');
+    const filesOf = new Map<string, Set<string>>();
+    for (const file of readdirSync(dir)) {
+      const text = readFileSync(join(dir, file), 'utf8');
+      // Re-applied over what is there: a plain CREATE would fail the second time.
+      expect(text, file).not.toMatch(/\bCREATE\s+FUNCTION\b/i);
+      for (const [, name] of text.matchAll(/\bCREATE\s+OR\s+REPLACE\s+FUNCTION\s+(\w+)/gi)) {
+        filesOf.set(name!.toLowerCase(), (filesOf.get(name!.toLowerCase()) ?? new Set()).add(file));
+      }
+    }
+    expect(filesOf.size).toBeGreaterThan(0);
+    expect([...filesOf].filter(([, files]) => files.size > 1)).toEqual([]);
   });
 });

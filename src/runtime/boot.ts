@@ -7,7 +7,7 @@ import { ConfigError, loadConfig, type Config, type Role } from '../shared/confi
 import { createCoordination } from '../shared/coord/index.js';
 import { CoordPersistence } from '../shared/coord/persist.js';
 import { createPool, type Db } from '../shared/db/pool.js';
-import { migrate } from '../shared/db/migrate.js';
+import { migrate, type MigrateResult } from '../shared/db/migrate.js';
 import { boundPort } from '../shared/http.js';
 import { createLogger, type Logger } from '../shared/log.js';
 import type { Services } from '../shared/services.js';
@@ -153,7 +153,7 @@ function displayHost(host: string): string {
 }
 
 /** `lettermill migrate`: apply migrations and exit. */
-export async function migrateOnly(opts: StartOptions = {}): Promise<string[]> {
+export async function migrateOnly(opts: StartOptions = {}): Promise<MigrateResult> {
   const { config, dataDir, embedded, postgresPassword } = await prepareConfig(opts);
   const log = opts.log ?? createLogger({ level: config.LOG_LEVEL });
   let store: EmbeddedStore | undefined;

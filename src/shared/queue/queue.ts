@@ -1,6 +1,6 @@
 /**
- * Durable job queue on PostgreSQL (tables and functions: src/shared/db/migrations/002_queue.ts,
- * group pauses: 004_queue_group_pause.ts).
+ * Durable job queue on PostgreSQL (tables: src/shared/db/migrations/002_queue.ts, group pauses:
+ * 004_queue_group_pause.ts; functions: src/shared/db/functions/queue_*.sql).
  *
  * - Groups: at most one active job per (queue, group_key), enforced by a partial unique index;
  *   groups run in parallel. A `queue_groups` row per busy group is what claims walk, so a
@@ -170,7 +170,7 @@ const SQL = {
   enqueueIds: ENQUEUE_SQL(false),
   enqueueRows: ENQUEUE_SQL(true),
   claim: 'SELECT * FROM queue_claim($1, $2, $3, $4, $5)',
-  // Lean: claimed rows come back with a NULL payload (migration 007), taken from the PayloadCache.
+  // Lean: claimed rows come back with a NULL payload (p_payload), taken from the PayloadCache.
   claimLean: 'SELECT * FROM queue_claim($1, $2, $3, $4, $5, false)',
   payloads: 'SELECT id, payload FROM queue_jobs WHERE id = ANY ($1::bigint[])',
   finish: 'SELECT out_id, out_state FROM queue_finish($1, $2, $3, $4, $5, $6, $7, $8)',

@@ -13,6 +13,8 @@ import type { Migration } from '../migrate.js';
  */
 export const m010: Migration = {
   id: '010_backend_api',
+  // The count triggers call them.
+  functions: ['contact_count'],
   sql: `
     CREATE EXTENSION IF NOT EXISTS pg_trgm;
 
@@ -49,29 +51,6 @@ export const m010: Migration = {
     );
     INSERT INTO contact_count_shards (shard, n) SELECT g, 0 FROM generate_series(0, 15) g;
 
-    CREATE FUNCTION lm_contacts_count_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-    DECLARE c bigint;
-    BEGIN
-      SELECT count(*) INTO c FROM lm_new_rows;
-      IF c > 0 THEN
-        UPDATE contact_count_shards SET n = n + c WHERE shard = pg_backend_pid() % 16;
-      END IF;
-      RETURN NULL;
-    END $$;
-    CREATE FUNCTION lm_contacts_count_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-    DECLARE c bigint;
-    BEGIN
-      SELECT count(*) INTO c FROM lm_old_rows;
-      IF c > 0 THEN
-        UPDATE contact_count_shards SET n = n - c WHERE shard = pg_backend_pid() % 16;
-      END IF;
-      RETURN NULL;
-    END $$;
-    CREATE FUNCTION lm_contacts_count_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      UPDATE contact_count_shards SET n = 0;
-      RETURN NULL;
-    END $$;
     CREATE TRIGGER contacts_count_insert AFTER INSERT ON contacts
       REFERENCING NEW TABLE AS lm_new_rows FOR EACH STATEMENT EXECUTE FUNCTION lm_contacts_count_insert();
     CREATE TRIGGER contacts_count_delete AFTER DELETE ON contacts

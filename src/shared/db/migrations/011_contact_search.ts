@@ -23,58 +23,15 @@ import type { Migration } from '../migrate.js';
  * `search_text` with its trigram index (terms containing `@` use two B-trees, see below).
  * On an existing installation the migration rewrites contacts (the stored column) and
  * indexes every contact: about a minute per million contacts.
- * Changing lm_contact_words or lm_search_cut later requires rebuilding contact_search_words.
+ * The functions are in ../functions/contact_search.sql and contact_search_triggers.sql.
  */
 export const m011: Migration = {
   id: '011_contact_search',
+  // The generated column, the backfill and the triggers call them.
+  functions: ['contact_search', 'contact_search_triggers'],
   sql: `
-    -- The local part, lower-cased, with a space inserted where the contact's first or last name
-    -- (3+ characters) begins. Written flat (no nested calls with computed arguments) so that
-    -- PostgreSQL inlines it: a non-inlined SQL function costs tens of microseconds per row.
-    CREATE FUNCTION lm_search_cut(email text, first_name text, last_name text) RETURNS text
-      LANGUAGE sql IMMUTABLE PARALLEL SAFE
-      RETURN replace(
-        replace(lower(split_part(email, '@', 1)),
-          CASE WHEN char_length(first_name) >= 3 THEN lower(first_name) ELSE '' END,
-          ' ' || CASE WHEN char_length(first_name) >= 3 THEN lower(first_name) ELSE '' END),
-        CASE WHEN char_length(last_name) >= 3 THEN lower(last_name) ELSE '' END,
-        ' ' || CASE WHEN char_length(last_name) >= 3 THEN lower(last_name) ELSE '' END);
-
-    -- Words of a contact; kind 1 = names, 2 = local part (whole words and the pieces cut at
-    -- the names), 4 = domain. May contain '' and repeats; callers filter and group.
-    -- (unnest in the select list: no per-row tuplestore, unlike unnest in FROM.)
-    CREATE FUNCTION lm_contact_words(email text, first_name text, last_name text)
-      RETURNS TABLE (word text, kind integer)
-      LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
-        SELECT unnest(regexp_split_to_array(lower(coalesce(first_name, '') || ' ' || coalesce(last_name, '')), '[^[:alnum:]]+')), 1
-        UNION ALL
-        SELECT unnest(regexp_split_to_array(lower(split_part(email, '@', 1)) || ' ' || lm_search_cut(email, first_name, last_name), '[^[:alnum:]]+')), 2
-        UNION ALL
-        SELECT unnest(regexp_split_to_array(lower(split_part(email, '@', 2)), '[^[:alnum:]]+')), 4
-      $fn$;
-
-    -- Inner fragments: the name words and local-part pieces, each without its first character.
-    CREATE FUNCTION lm_search_infix(email text, first_name text, last_name text) RETURNS text
-      LANGUAGE sql IMMUTABLE PARALLEL SAFE
-      RETURN regexp_replace(
-        ' ' || lower(coalesce(first_name, '') || ' ' || coalesce(last_name, '')) || ' ' || lm_search_cut(email, first_name, last_name),
-        '[^[:alnum:]]+[[:alnum:]]', ' ', 'g');
-
-    -- One sorted, de-duplicated row per word of a contact, with the previous word and the kinds.
-    CREATE FUNCTION lm_contact_search_rows(email text, first_name text, last_name text)
-      RETURNS TABLE (word text, prev text, kinds smallint)
-      LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
-        SELECT word, lag(word) OVER (ORDER BY word), kinds
-          FROM (
-            SELECT w.word COLLATE "C" AS word, bit_or(w.kind)::smallint AS kinds
-              FROM lm_contact_words(email, first_name, last_name) w
-             WHERE w.word <> ''
-             GROUP BY 1
-          ) x
-      $fn$;
-
     -- search_infix is stored so that a trigram match is rechecked with a plain LIKE, not the
-    -- regexp above.
+    -- regexp of lm_search_infix.
     ALTER TABLE contacts
       DROP COLUMN search_tsv,
       DROP COLUMN search_text,
@@ -107,39 +64,10 @@ export const m011: Migration = {
     CREATE INDEX contacts_email_domain ON contacts ((lower(split_part(email, '@', 2)) COLLATE "C"));
     CREATE INDEX contacts_email_local_reversed ON contacts ((reverse(lower(split_part(email, '@', 1))) COLLATE "C"));
 
-    CREATE FUNCTION lm_contact_search_insert() RETURNS trigger LANGUAGE plpgsql AS $fn$
-    BEGIN
-      -- Per contact (a LATERAL call), not one GROUP BY over the batch: no sort or hash that
-      -- spills past work_mem on bulk inserts.
-      INSERT INTO contact_search_words (word, contact_id, prev, kinds)
-      SELECT r.word, n.id, r.prev, r.kinds FROM lm_search_new n, lm_contact_search_rows(n.email, n.first_name, n.last_name) r;
-      RETURN NULL;
-    END $fn$;
-
-    -- A row trigger, only for rows whose id, address or names change: other updates (updated_at,
-    -- DOI names already set) capture no transition tables and do no work.
-    CREATE FUNCTION lm_contact_search_update() RETURNS trigger LANGUAGE plpgsql AS $fn$
-    BEGIN
-      DELETE FROM contact_search_words WHERE contact_id = OLD.id;
-      INSERT INTO contact_search_words (word, contact_id, prev, kinds)
-      SELECT r.word, NEW.id, r.prev, r.kinds FROM lm_contact_search_rows(NEW.email, NEW.first_name, NEW.last_name) r;
-      RETURN NULL;
-    END $fn$;
-
-    CREATE FUNCTION lm_contact_search_delete() RETURNS trigger LANGUAGE plpgsql AS $fn$
-    BEGIN
-      DELETE FROM contact_search_words WHERE contact_id IN (SELECT id FROM lm_search_old);
-      RETURN NULL;
-    END $fn$;
-
-    CREATE FUNCTION lm_contact_search_truncate() RETURNS trigger LANGUAGE plpgsql AS $fn$
-    BEGIN
-      TRUNCATE contact_search_words;
-      RETURN NULL;
-    END $fn$;
-
     CREATE TRIGGER contacts_search_insert AFTER INSERT ON contacts
       REFERENCING NEW TABLE AS lm_search_new FOR EACH STATEMENT EXECUTE FUNCTION lm_contact_search_insert();
+    -- A row trigger, only for rows whose id, address or names change: other updates (updated_at,
+    -- DOI names already set) capture no transition tables and do no work.
     CREATE TRIGGER contacts_search_update AFTER UPDATE OF id, email, first_name, last_name ON contacts
       FOR EACH ROW
       WHEN (OLD.id IS DISTINCT FROM NEW.id OR OLD.email IS DISTINCT FROM NEW.email
@@ -149,6 +77,5 @@ export const m011: Migration = {
       REFERENCING OLD TABLE AS lm_search_old FOR EACH STATEMENT EXECUTE FUNCTION lm_contact_search_delete();
     CREATE TRIGGER contacts_search_truncate AFTER TRUNCATE ON contacts
       FOR EACH STATEMENT EXECUTE FUNCTION lm_contact_search_truncate();
-
   `,
 };
