@@ -13,6 +13,7 @@ import * as mimeFuncs from 'nodemailer/lib/mime-funcs';
 import * as qp from 'nodemailer/lib/qp';
 import { toASCII } from 'nodemailer/lib/punycode';
 import { randomToken } from '../../shared/crypto.js';
+import { isHeaderName } from '../../shared/mail/headers.js';
 import { MTA_OWNED_HEADERS } from './settings.js';
 import type { OutboundMessage } from './types.js';
 
@@ -33,7 +34,6 @@ export interface ParsedAddress {
   utf8: boolean;
 }
 
-const HEADER_NAME = /^[!-9;-~]{1,76}$/;
 const MAX_EXTRA_HEADERS = 50;
 const MAX_HEADER_VALUE = 4_000;
 /** Above this size a part that needs encoding is sent as base64 (native) instead of QP (JS). */
@@ -188,7 +188,7 @@ export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMes
   let extra = 0;
   for (const [name, value] of Object.entries(msg.headers ?? {})) {
     const lower = name.toLowerCase();
-    if (!HEADER_NAME.test(name) || MTA_OWNED_HEADERS.has(lower) || typeof value !== 'string' || extra >= MAX_EXTRA_HEADERS) {
+    if (!isHeaderName(name) || MTA_OWNED_HEADERS.has(lower) || typeof value !== 'string' || extra >= MAX_EXTRA_HEADERS) {
       dropped.push(name);
       continue;
     }

@@ -2,6 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import { Type } from '@sinclair/typebox';
 import { AppError, badInput, forbidden } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
+import { isHeaderName } from '../../shared/mail/headers.js';
 import { isAddress, parseMailbox } from '../address.js';
 import type { MtaContext } from '../context.js';
 import { GroupCommit } from '../intake.js';
@@ -9,8 +10,6 @@ import { groupKeyOf, type EmailJob, type MtaJobPayload } from '../job.js';
 import { engagementBand } from '../policy.js';
 import { isDkimDomain } from '../stores/dkim.js';
 import { ErrorResponse } from './schemas.js';
-
-const HEADER_NAME = /^[!-9;-~]{1,76}$/;
 
 export const EmailJobSchema = Type.Object(
   {
@@ -148,7 +147,7 @@ function validate(m: MtaContext, body: EmailJob): MtaJobPayload {
   if (!isDkimDomain(dkimDomain)) throw badInput('dkimDomain must be a domain name', 'invalid_domain');
   if (/[\r\n]/.test(body.subject)) throw badInput('subject must not contain line breaks', 'invalid_header');
   for (const [name, value] of Object.entries(body.headers ?? {})) {
-    if (!HEADER_NAME.test(name)) throw badInput(`headers: "${name.slice(0, 80)}" is not a valid header name`, 'invalid_header');
+    if (!isHeaderName(name)) throw badInput(`headers: "${name.slice(0, 80)}" is not a valid header name`, 'invalid_header');
     if (/[\r\n\0]/.test(value)) throw badInput(`headers.${name} must not contain line breaks`, 'invalid_header');
   }
   const bad = unstorable(body);
