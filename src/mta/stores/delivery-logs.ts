@@ -1,3 +1,4 @@
+import { Batcher } from '../../shared/batch.js';
 import type { Db } from '../../shared/db/pool.js';
 
 export const LOG_STATUSES = ['sent', 'bounced', 'deferred', 'screened', 'suppressed', 'failed'] as const;
@@ -61,52 +62,29 @@ const INSERT_SQL = `INSERT INTO mta_delivery_log (${COLS.join(', ')})
   SELECT * FROM unnest(${TYPES.map((t, i) => `$${i + 1}::${t}[]`).join(', ')})`;
 
 /**
- * Delivery log: one row per attempt outcome. Writes are group-committed: entries appended in
- * the same moment share one multi-row INSERT, and each caller's promise resolves only after
- * its row is committed (durable before the job is finished, without one round trip each).
+ * Delivery log: one row per attempt outcome. Writes are group-committed (src/shared/batch.ts):
+ * entries appended in the same moment share one multi-row INSERT, and each caller's promise
+ * resolves only after its row is committed (durable before the job is finished, without one
+ * round trip each).
  */
 export class DeliveryLogStore {
-  private pending: { entry: DeliveryLogEntry; resolve: () => void; reject: (e: Error) => void }[] = [];
-  private flushing = false;
-  private scheduled = false;
+  private readonly writes = new Batcher<DeliveryLogEntry, void>((batch) => this.insert(batch), { maxInFlight: 1, maxItems: MAX_BATCH });
 
   constructor(private readonly db: Db) {}
 
   append(entry: DeliveryLogEntry): Promise<void> {
-    return new Promise((resolve, reject) => {
-      this.pending.push({ entry, resolve, reject });
-      this.schedule();
-    });
+    return this.writes.submit(entry);
   }
 
-  private schedule(): void {
-    if (this.scheduled || this.flushing) return;
-    this.scheduled = true;
-    setImmediate(() => {
-      this.scheduled = false;
-      void this.flush();
-    });
-  }
-
-  private async flush(): Promise<void> {
-    if (this.flushing || this.pending.length === 0) return;
-    this.flushing = true;
-    const batch = this.pending.splice(0, MAX_BATCH);
+  private async insert(batch: DeliveryLogEntry[]): Promise<void[]> {
     const cols: unknown[][] = COLS.map(() => []);
-    for (const { entry: e } of batch) {
+    for (const e of batch) {
       const v = [e.messageId, e.jobId, e.organizationId, e.recipient, e.domain, e.pool, e.ip, e.status, e.hard ?? null, e.code ?? null,
         e.enhancedCode ?? null, e.reason ?? null, e.response?.slice(0, 2000) ?? null, e.mxHost ?? null, e.attempt ?? null, new Date(e.at)];
       v.forEach((x, i) => cols[i]!.push(x));
     }
-    try {
-      await this.db.query({ name: 'mta_delivery_log_insert', text: INSERT_SQL, values: cols });
-      for (const b of batch) b.resolve();
-    } catch (err) {
-      for (const b of batch) b.reject(err as Error);
-    } finally {
-      this.flushing = false;
-      if (this.pending.length > 0) this.schedule();
-    }
+    await this.db.query({ name: 'mta_delivery_log_insert', text: INSERT_SQL, values: cols });
+    return batch.map(() => undefined);
   }
 
   async query(q: LogQuery): Promise<{ items: DeliveryLogRecord[]; nextCursor: string | null }> {
