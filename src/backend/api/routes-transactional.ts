@@ -8,9 +8,9 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { badInput, notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
+import { formatMailbox, parseMailbox } from '../../shared/mail/address.js';
 import { isHeaderName } from '../../shared/mail/headers.js';
 import type { ApiDeps } from './deps.js';
-import { formatMailbox, parseMailbox } from './email-address.js';
 import { idempotencyKey, requestHash } from './idempotency.js';
 import { TRANSACTIONAL } from './policy.js';
 import { API_ERRORS, errors } from './schemas.js';

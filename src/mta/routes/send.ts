@@ -2,8 +2,8 @@ import { isUtf8 } from 'node:buffer';
 import { Type } from '@sinclair/typebox';
 import { AppError, badInput, forbidden } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
+import { asciiDomain, domainOf, normalizeAddress, parseMailbox } from '../../shared/mail/address.js';
 import { isHeaderName } from '../../shared/mail/headers.js';
-import { isAddress, parseMailbox } from '../address.js';
 import type { MtaContext } from '../context.js';
 import { GroupCommit } from '../intake.js';
 import { groupKeyOf, type EmailJob, type MtaJobPayload } from '../job.js';
@@ -139,11 +139,13 @@ export function hasForbiddenKey(value: unknown): boolean {
 
 /** Field rules the schema cannot say; returns the queue payload. */
 function validate(m: MtaContext, body: EmailJob): MtaJobPayload {
-  const to = body.to.trim();
-  if (!isAddress(to)) throw badInput('to must be one email address (local@domain)', 'invalid_address');
+  // Stored normalized: routing, throttling and suppression use the A-label domain.
+  const to = normalizeAddress(body.to);
+  if (!to) throw badInput('to must be one email address (local@domain)', 'invalid_address');
   if (!parseMailbox(body.from)) throw badInput('from must be one address, optionally with a display name', 'invalid_address');
   if (body.replyTo !== undefined && !parseMailbox(body.replyTo)) throw badInput('replyTo must be one address', 'invalid_address');
-  const dkimDomain = body.dkimDomain.trim().toLowerCase();
+  // A-labels, as domainOf(from) gives them for the DKIM alignment check.
+  const dkimDomain = asciiDomain(body.dkimDomain.trim());
   if (!isDkimDomain(dkimDomain)) throw badInput('dkimDomain must be a domain name', 'invalid_domain');
   if (/[\r\n]/.test(body.subject)) throw badInput('subject must not contain line breaks', 'invalid_header');
   for (const [name, value] of Object.entries(body.headers ?? {})) {
@@ -163,7 +165,7 @@ function validate(m: MtaContext, body: EmailJob): MtaJobPayload {
     // JSON cannot carry a non-finite number: an unusable score is stored as unknown.
     engagementScore: band ? (s as number) : null,
     recipient,
-    domain: recipient.slice(recipient.lastIndexOf('@') + 1),
+    domain: domainOf(to),
     band: band?.name ?? 'default',
     acceptedAt: m.services.clock.now(),
   };
