@@ -1,23 +1,31 @@
 /**
- * Group commit for request handlers: items submitted concurrently are written together by one
- * `write` call (one statement or one transaction), and each caller is answered only after the
- * write that holds its item has finished — durability per request is unchanged, the commits
+ * Group commit: items submitted concurrently are written together by one `write` call (one
+ * statement, one transaction or one request), and each caller is answered only after the
+ * write that holds its item has finished — durability per item is unchanged, the commits
  * (and their WAL flushes) are shared.
  *
  * Batching is "natural" rather than timed: with a write slot free, what has arrived is written
- * on the next turn of the event loop (a lone item waits no timer); while every slot is busy,
- * arrivals accumulate and the next free slot takes them all (bounded by count and bytes).
- * Batches therefore grow with load and latency stays one write at low load.
+ * on the next tick (a lone item waits no timer); while every slot is busy, arrivals accumulate
+ * and the next free slot takes them all (bounded by count and bytes). Batches therefore grow
+ * with load and latency stays one write at low load.
  *
- * Used by POST /send (src/mta/intake.ts) and by the backend's MTA event webhook.
+ * Used by POST /send (src/mta/intake.ts), the MTA's event posts (notifier.ts) and delivery
+ * log, the backend's MTA event webhook, and the outbound webhook worker's loads and records.
  */
 export interface BatchOptions {
   /** Writes in flight at once (the rest of the connection pool stays free). */
   maxInFlight: number;
   /** Items per write at most. */
   maxItems: number;
-  /** Approximate bytes per write at most (one larger item still goes alone). */
-  maxBytes: number;
+  /** Approximate bytes per write at most (one larger item still goes alone); default: no bound. */
+  maxBytes?: number;
+  /**
+   * When a free slot takes what has arrived. `immediate` (default): after this turn's I/O
+   * callbacks, so requests parsed in the same turn join. `microtask`: right after the
+   * current synchronous code, so calls made together (the jobs of one queue claim) join and
+   * nothing waits for the event loop.
+   */
+  tick?: 'immediate' | 'microtask';
 }
 
 interface Waiter<I, O> {
@@ -61,18 +69,20 @@ export class Batcher<I, O> {
   private schedule(): void {
     if (this.scheduled || this.inFlight >= this.opts.maxInFlight || this.pending.length === 0) return;
     this.scheduled = true;
-    // setImmediate runs after this turn's I/O callbacks: requests parsed in the same turn join.
-    setImmediate(() => {
+    const launch = () => {
       this.scheduled = false;
       this.launch();
-    });
+    };
+    if (this.opts.tick === 'microtask') queueMicrotask(launch);
+    else setImmediate(launch);
   }
 
   private launch(): void {
+    const maxBytes = this.opts.maxBytes ?? Infinity;
     while (this.inFlight < this.opts.maxInFlight && this.pending.length > 0) {
       let n = 0;
       let bytes = 0;
-      while (n < this.pending.length && n < this.opts.maxItems && (n === 0 || bytes + this.pending[n]!.bytes <= this.opts.maxBytes)) {
+      while (n < this.pending.length && n < this.opts.maxItems && (n === 0 || bytes + this.pending[n]!.bytes <= maxBytes)) {
         bytes += this.pending[n]!.bytes;
         n++;
       }

@@ -45,15 +45,24 @@ export function randomString(length: number, alphabet = ALNUM): string {
 const CROCKFORD = '0123456789abcdefghjkmnpqrstvwxyz';
 
 /**
- * Time-ordered id: `<prefix>_` + 10 chars of millisecond time + 16 random chars (Crockford
- * base32). Sorting by id sorts by creation time, which keeps B-tree inserts local.
+ * Time-ordered id: `<prefix>_` + 10 chars of millisecond time + 16 chars (Crockford base32)
+ * of the first 80 bits of `tail`, random by default. Sorting by id sorts by creation time,
+ * which keeps B-tree inserts local. A keyed hash as `tail` gives an id that is the same on
+ * every attempt yet unguessable (campaign send ids).
  */
-export function newId(prefix: string, nowMs: number = Date.now()): string {
+export function newId(prefix: string, nowMs: number = Date.now(), tail: Uint8Array = randomBytes(10)): string {
   let t = nowMs;
   let time = '';
   for (let i = 0; i < 10; i++) {
     time = CROCKFORD[t % 32] + time;
     t = Math.floor(t / 32);
   }
-  return `${prefix}_${time}${randomString(16, CROCKFORD)}`;
+  if (tail.length < 10) throw new RangeError('newId needs at least 10 bytes of tail');
+  let rest = '';
+  for (let bit = 0; bit < 80; bit += 5) {
+    // The 5 bits at `bit`, read from the two bytes that hold them (big-endian).
+    const v = ((tail[bit >> 3]! << 8) | (tail[(bit >> 3) + 1] ?? 0)) >> (11 - (bit & 7));
+    rest += CROCKFORD[v & 31];
+  }
+  return `${prefix}_${time}${rest}`;
 }

@@ -402,6 +402,15 @@ describe('/suppression', () => {
     expect((await t.call('POST', '/suppression', { addresses: ['x@y.example'], reason: 'spite' })).status).toBe(400);
   });
 
+  it('uses the grammar of /send: an internationalized domain is one entry in A-label form; a non-ASCII local part is refused', async () => {
+    const r = await t.call('POST', '/suppression', { addresses: ['Hans@Bücher.example', 'hans@xn--bcher-kva.example'], reason: 'manual' });
+    expect(r.body.data).toEqual({ added: 1, updated: 0 });
+    expect((await t.call('GET', '/suppression/check/hans@b%C3%BCcher.example')).body.data).toMatchObject({ address: 'hans@xn--bcher-kva.example', suppressed: true });
+    const bad = await t.call('POST', '/suppression', { addresses: ['jörg@example.org'], reason: 'manual' });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toMatchObject({ message: 'addresses[0] is not an email address', data: { reason: 'invalid_address' } });
+  });
+
   it('bulk takes 10,000 addresses and refuses 10,001', async () => {
     const addresses = Array.from({ length: 10_000 }, (_, i) => `Bulk${i}@Bulk.example`);
     const r = await t.call('POST', '/suppression/bulk', { addresses, reason: 'hard_bounce' });

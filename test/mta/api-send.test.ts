@@ -22,6 +22,20 @@ describe('accepting a job', () => {
     expect(stored!.payload).toMatchObject({ recipient: 'someone@example.org', domain: 'example.org', html: '<p>Hello</p>', dkimDomain: 'sender.example' });
   });
 
+  it('accepts an internationalized domain and stores it as A-labels (to, recipient, group, dkimDomain), as the API does', async () => {
+    const body = emailJob({ to: ' Rcpt@Bücher.Example ', from: 'Bücher <news@bücher.example>', dkimDomain: 'Bücher.example' });
+    const r = await t.call('POST', '/send', body);
+    expect(r.status, JSON.stringify(r.body)).toBe(202);
+    const stored = await job(r.body.data.jobId);
+    expect(stored!.groupKey).toBe('transactional:xn--bcher-kva.example');
+    expect(stored!.payload).toMatchObject({
+      to: 'Rcpt@xn--bcher-kva.example',
+      recipient: 'rcpt@xn--bcher-kva.example',
+      domain: 'xn--bcher-kva.example',
+      dkimDomain: 'xn--bcher-kva.example',
+    });
+  });
+
   it('stores exactly the validated payload when the body is kept as sent (spacing, escapes, key order, normalised fields)', async () => {
     // The queue stores the request's JSON text with the normalised fields appended (storedJson):
     // the stored job must parse to the same object the route validated, whatever the text looked like.
@@ -34,7 +48,7 @@ describe('accepting a job', () => {
     const stored = await job(((await res.json()) as any).data.jobId);
     expect(stored!.payload).toEqual({
       messageId: 'raw-1',
-      to: 'Mixed.Case@Example.ORG',
+      to: 'Mixed.Case@example.org',
       from: 'News <news@sender.example>',
       subject: 'Sübject',
       html: '<p>café "q" 😀</p>\n',
@@ -198,6 +212,10 @@ describe('validation', () => {
     ['a recipient that is not an address', { to: 'not-an-address' }, /to must be/],
     ['two recipients', { to: 'a@x.example, b@x.example' }, /to must be/],
     ['a From with two addresses', { from: 'a@x.example, b@x.example' }, /from must be/],
+    // One grammar with the API (src/shared/mail/address.ts): no SMTPUTF8 local parts.
+    ['a recipient with a non-ASCII local part', { to: 'jörg@example.org' }, /^to must be one email address/],
+    ['a From with a non-ASCII local part', { from: 'Jörg <jörg@sender.example>' }, /^from must be one address/],
+    ['a replyTo with a non-ASCII local part', { replyTo: 'jörg@sender.example' }, /^replyTo must be one address/],
     ['a bad dkimDomain', { dkimDomain: 'not a domain' }, /dkimDomain/],
     ['a header with CRLF injection', { headers: { 'X-Ok': 'a\r\nBcc: evil@x.example' } }, /line breaks/],
     ['a bad header name', { headers: { 'Bad Name': 'v' } }, /header name/],

@@ -32,6 +32,8 @@ describe('content_screening', () => {
     expect(await run({ dkimDomain: 'other.example' })).toEqual({ type: 'drop', status: 'screened', reason: 'dkim_domain_mismatch' });
     // Case does not matter; a display name does not confuse it.
     expect(await run({ from: 'Shop <Sales@Sender.Example>', dkimDomain: 'sender.example' })).toEqual({ type: 'continue' });
+    // An internationalized From domain matches its A-label form (what /send stores as dkimDomain).
+    expect(await run({ from: 'Shop <sales@Bücher.example>', dkimDomain: 'xn--bcher-kva.example' })).toEqual({ type: 'continue' });
   });
 
   it('drops HTML above CONTENT_MAX_SIZE_KB and keeps HTML at the limit', async () => {

@@ -1,4 +1,4 @@
-/** The group-commit mechanism shared by POST /send and the MTA event webhook (src/shared/batch.ts). */
+/** The one group-commit mechanism (src/shared/batch.ts): POST /send, event posts, delivery log, webhook worker. */
 import { describe, expect, it } from 'vitest';
 import { Batcher } from '../../src/shared/batch.js';
 
@@ -29,6 +29,24 @@ describe('Batcher', () => {
     const b = new Batcher<number, number>(async (items) => (writes.push(items), items), { maxInFlight: 1, maxItems: 2, maxBytes: 10 });
     await Promise.all([b.submit(1, 4), b.submit(2, 4), b.submit(3, 4), b.submit(4, 50), b.submit(5, 1)]);
     expect(writes).toEqual([[1, 2], [3], [4], [5]]);
+  });
+
+  it('tick "microtask" writes calls made together before the event loop turns; the default waits for the turn', async () => {
+    const writes: Record<string, number[][]> = { microtask: [], immediate: [] };
+    const ticks = ['microtask', 'immediate'] as const;
+    const batchers = ticks.map((tick) => new Batcher<number, number>(async (items) => (writes[tick]!.push(items), items), { maxInFlight: 1, maxItems: 100, tick }));
+    const all = batchers.flatMap((b) => [1, 2, 3].map((i) => b.submit(i)));
+    for (let i = 0; i < 3; i++) await Promise.resolve();
+    expect(writes).toEqual({ microtask: [[1, 2, 3]], immediate: [] });
+    await Promise.all(all);
+    expect(writes.immediate).toEqual([[1, 2, 3]]);
+  });
+
+  it('without maxBytes only the item count bounds a write', async () => {
+    const writes: number[][] = [];
+    const b = new Batcher<number, number>(async (items) => (writes.push(items), items), { maxInFlight: 1, maxItems: 2 });
+    await Promise.all([1, 2, 3].map((i) => b.submit(i, 1e12)));
+    expect(writes).toEqual([[1, 2], [3]]);
   });
 
   it('splits a failed write item by item when the error may belong to one item; otherwise every caller gets the error', async () => {

@@ -6,8 +6,8 @@
 import type { Signer, VerifyResult } from '../../shared/signing.js';
 import type { Config } from '../../shared/config.js';
 import { unavailable } from '../../shared/errors.js';
+import { formatMailbox, parseMailbox } from '../../shared/mail/address.js';
 import type { SendOutcome, SendService } from './sending/send.js';
-import { formatMailbox, parseMailbox } from './email-address.js';
 import { DOUBLE_OPT_IN } from './policy.js';
 
 export const DOI_TOKEN_PURPOSE = 'doi';

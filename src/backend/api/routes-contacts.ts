@@ -2,10 +2,10 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { badInput, conflict, notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
+import { normalizeAddress } from '../../shared/mail/address.js';
 import type { ApiDeps } from './deps.js';
 import { deleteContact, findContact, insertContact, updateContact, type Contact } from './contacts.js';
 import { listContacts } from './contact-list.js';
-import { normalizeEmail } from './email-address.js';
 import { CONTACT_LIST } from './policy.js';
 import { API_ERRORS, ContactRef, errors } from './schemas.js';
 
@@ -53,7 +53,7 @@ const Deleted = Type.Object({
 const cleanName = (v: string | null | undefined) => (v === undefined ? undefined : v === null || v.trim() === '' ? null : v.trim());
 
 function validEmail(raw: string): string {
-  const email = normalizeEmail(raw);
+  const email = normalizeAddress(raw);
   if (!email) throw badInput(`Invalid email address: ${JSON.stringify(raw.slice(0, 100))}`, 'invalid_email');
   return email;
 }

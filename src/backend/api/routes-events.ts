@@ -11,9 +11,9 @@ import { newId } from '../../shared/crypto.js';
 import { tx } from '../../shared/db/pool.js';
 import { AppError, badInput, conflict, notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
+import { normalizeAddress } from '../../shared/mail/address.js';
 import { findContact, insertContact, type Contact } from './contacts.js';
 import type { ApiDeps } from './deps.js';
-import { normalizeEmail } from './email-address.js';
 import { idempotencyKey, requestHash } from './idempotency.js';
 import { EVENTS } from './policy.js';
 import { API_ERRORS, errors } from './schemas.js';
@@ -74,7 +74,7 @@ export function eventRoutes(app: HttpApp, d: ApiDeps): void {
       const hash = requestHash(b);
       let email: string | undefined;
       if (b.email !== undefined) {
-        email = normalizeEmail(b.email) ?? undefined;
+        email = normalizeAddress(b.email) ?? undefined;
         if (!email) throw badInput(`Invalid email address: ${JSON.stringify(b.email.slice(0, 100))}`, 'invalid_email');
       }
       const replay = async (): Promise<ReturnType<typeof out> | null> => {

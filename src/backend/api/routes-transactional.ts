@@ -8,14 +8,14 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { badInput, notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
+import { formatMailbox, parseMailbox } from '../../shared/mail/address.js';
+import { isHeaderName } from '../../shared/mail/headers.js';
 import type { ApiDeps } from './deps.js';
-import { formatMailbox, parseMailbox } from './email-address.js';
 import { idempotencyKey, requestHash } from './idempotency.js';
 import { TRANSACTIONAL } from './policy.js';
 import { API_ERRORS, errors } from './schemas.js';
 import { referencedVariables, render, type Variables } from './template.js';
 
-const HEADER_NAME = /^[!-9;-~]{1,76}$/;
 /** Headers the message structure, authentication or tracking own; a request may not set them. */
 const RESERVED_HEADERS = new Set([
   'from', 'to', 'cc', 'bcc', 'subject', 'reply-to', 'sender', 'date', 'message-id', 'mime-version', 'content-type',
@@ -121,7 +121,7 @@ export function transactionalRoutes(app: HttpApp, d: ApiDeps): void {
 function checkHeaders(h: Record<string, string> | undefined): Record<string, string> | undefined {
   if (!h) return undefined;
   for (const [name, value] of Object.entries(h)) {
-    if (!HEADER_NAME.test(name)) throw badInput(`Invalid header name: ${JSON.stringify(name.slice(0, 80))}`, 'invalid_header');
+    if (!isHeaderName(name)) throw badInput(`Invalid header name: ${JSON.stringify(name.slice(0, 80))}`, 'invalid_header');
     if (RESERVED_HEADERS.has(name.toLowerCase())) throw badInput(`Header ${name} cannot be set; use the matching field`, 'reserved_header');
     if (/[\r\n\0]/.test(value)) throw badInput(`Header ${name} must be a single line`, 'invalid_header');
   }

@@ -16,11 +16,11 @@ import { newId } from '../../shared/crypto.js';
 import { tx, type DbClient } from '../../shared/db/pool.js';
 import { badInput, conflict, notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
+import { normalizeAddress } from '../../shared/mail/address.js';
 import type { AdminGuard } from './admin-auth.js';
 import { findContact, type Queryable } from './contacts.js';
 import type { ApiDeps } from './deps.js';
 import { sendDoiConfirmation } from './doi.js';
-import { normalizeEmail } from './email-address.js';
 import { DOUBLE_OPT_IN } from './policy.js';
 import { API_ERRORS, errors } from './schemas.js';
 
@@ -152,7 +152,7 @@ export function topicMemberRoutes(app: HttpApp, d: ApiDeps): void {
       }
       let ref = b.contactId;
       if (b.email !== undefined) {
-        const email = normalizeEmail(b.email);
+        const email = normalizeAddress(b.email);
         if (!email) throw badInput(`Invalid email address: ${JSON.stringify(b.email.slice(0, 100))}`, 'invalid_email');
         ref = email;
       }

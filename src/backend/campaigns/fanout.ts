@@ -28,12 +28,13 @@ import { createHash, createHmac } from 'node:crypto';
 import type { Clock } from '../../shared/clock.js';
 import { toIso } from '../../shared/clock.js';
 import type { Db } from '../../shared/db/pool.js';
+import { newId } from '../../shared/crypto.js';
 import type { Logger } from '../../shared/log.js';
+import { domainOf, parseMailbox } from '../../shared/mail/address.js';
 import { Queue } from '../../shared/queue/queue.js';
 import type { Job, JobOutcome } from '../../shared/queue/types.js';
 import { Worker } from '../../shared/queue/worker.js';
 import type { Signer } from '../../shared/signing.js';
-import { domainOf, parseMailbox } from '../api/email-address.js';
 import type { EventBus } from '../events.js';
 import { isCampaignSendingPaused } from '../feedback/sending-pause.js';
 import type { LinkSigner } from '../public/tracked-links.js';
@@ -108,8 +109,6 @@ interface Batch {
 
 type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
 
-const CROCKFORD = '0123456789abcdefghjkmnpqrstvwxyz';
-
 export class Fanout {
   readonly queue: Queue<FanoutJob>;
   private readonly worker: Worker<FanoutJob>;
@@ -143,20 +142,7 @@ export class Fanout {
 
   /** `es_<time of the send start><16 chars of HMAC(campaign, contact)>`: the shape of every email_sends id. */
   sendId(campaignId: string, startedAt: number, contactId: string): string {
-    let t = startedAt;
-    let time = '';
-    for (let i = 0; i < 10; i++) {
-      time = CROCKFORD[t % 32] + time;
-      t = Math.floor(t / 32);
-    }
-    const h = createHmac('sha256', this.idKey).update(campaignId).update('\0').update(contactId).digest();
-    let rand = '';
-    for (let i = 0; i < 16; i++) {
-      const bit = i * 5;
-      const v = ((h[bit >> 3]! << 8) | h[(bit >> 3) + 1]!) >> (11 - (bit & 7));
-      rand += CROCKFORD[v & 31];
-    }
-    return `es_${time}${rand}`;
+    return newId('es', startedAt, createHmac('sha256', this.idKey).update(campaignId).update('\0').update(contactId).digest());
   }
 
   /** One slice of a campaign's fan-out. */

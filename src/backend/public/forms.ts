@@ -24,10 +24,10 @@ import { tx } from '../../shared/db/pool.js';
 import { AppError, badInput, forbidden, notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
 import type { Logger } from '../../shared/log.js';
+import { normalizeAddress } from '../../shared/mail/address.js';
 import type { Signer } from '../../shared/signing.js';
 import { findContact, insertContact, type Contact } from '../api/contacts.js';
 import { doiConfirmationUrl, doiEmail, systemFrom } from '../api/doi.js';
-import { normalizeEmail } from '../api/email-address.js';
 import { DOUBLE_OPT_IN } from '../api/policy.js';
 import type { SendService } from '../api/sending/send.js';
 import type { EventBus } from '../events.js';
@@ -145,7 +145,7 @@ export function formRoutes(app: HttpApp, d: FormDeps): void {
 
       const rawEmail = fields.get('email') ?? '';
       if (!rawEmail) throw invalid('Missing required field: email');
-      const email = normalizeEmail(rawEmail);
+      const email = normalizeAddress(rawEmail);
       if (!email) throw invalid('Invalid email address');
       for (const name of form.required_fields) {
         if (!fields.get(canonical(name))) throw invalid(`Missing required field: ${name}`);

@@ -3,6 +3,7 @@
  * Attempts, backoff and timeout are fixed by the spec (Limits → Outbound webhook attempts
  * and request timeout); the rest are Lettermill's choices (docs/webhooks.md).
  */
+import type { BatchOptions } from '../../shared/batch.js';
 import type { QueueOptions } from '../../shared/queue/types.js';
 
 export const WEBHOOK_POLICY = {
@@ -61,3 +62,10 @@ export const WEBHOOK_QUEUE: QueueOptions = {
   retainCompleted: 1_000,
   retainFailed: 10_000,
 };
+
+/**
+ * The worker's delivery loads and attempt records: the jobs of one claim (and attempts that
+ * finish together) share one query, one query at a time, started without waiting for the
+ * event loop.
+ */
+export const WORKER_BATCH: BatchOptions = { maxInFlight: 1, maxItems: 500, tick: 'microtask' };

@@ -12,6 +12,7 @@
  * sent again; a crash between a 2xx and its record re-sends it (at-least-once; receivers
  * de-duplicate on the event id).
  */
+import { Batcher } from '../../shared/batch.js';
 import type { Clock } from '../../shared/clock.js';
 import { newId } from '../../shared/crypto.js';
 import { AppError, badInput, conflict, notFound } from '../../shared/errors.js';
@@ -26,9 +27,8 @@ import type { DbClient } from '../../shared/db/pool.js';
 import type { Services } from '../../shared/services.js';
 import type { EmittedEvent } from '../events.js';
 import { isWebhookEvent, WEBHOOK_EVENTS, type WebhookEventName } from './catalog.js';
-import { WEBHOOK_CHANGES_CHANNEL, WEBHOOK_POLICY, WEBHOOK_QUEUE } from './policy.js';
+import { WEBHOOK_CHANGES_CHANNEL, WEBHOOK_POLICY, WEBHOOK_QUEUE, WORKER_BATCH } from './policy.js';
 import { SubscriptionCache } from './subscriptions.js';
-import { Batcher } from './batcher.js';
 import { buildWebhookRequest, newWebhookSecret } from './signing.js';
 import {
   laneOf,
@@ -120,11 +120,11 @@ export class WebhookService {
     });
     this.requestTimeoutMs = opts.requestTimeoutMs ?? WEBHOOK_POLICY.requestTimeoutMs;
     this.sweepMs = opts.sweepMs ?? WEBHOOK_POLICY.sweepMs;
-    this.loads = new Batcher((ids) => this.store.loadWork(ids));
+    this.loads = new Batcher((ids) => this.store.loadWork(ids), WORKER_BATCH);
     this.records = new Batcher<AttemptInput, void>(async (items) => {
       await this.store.recordAttempts(items);
       return items.map(() => undefined);
-    });
+    }, WORKER_BATCH);
     this.worker = new Worker<DeliveryJob>({
       queue: this.queue,
       handler: (job, ctx) => this.deliver(job, ctx.signal),
@@ -275,7 +275,11 @@ export class WebhookService {
     );
   };
 
-  /** The EventBus sink. Never throws; settles once the event is written (or could not be). */
+  /**
+   * The EventBus sink. Never throws; settles once the event is written (or could not be).
+   * Not the shared Batcher: an emitter is released after the first write attempt, and events
+   * whose write failed stay buffered and are retried with backoff.
+   */
   readonly accept = (event: EmittedEvent): Promise<void> => {
     if (!isWebhookEvent(event.name)) return Promise.resolve();
     // Before any buffering or write: most email.opened / email.clicked have no subscriber.
@@ -375,7 +379,7 @@ export class WebhookService {
   /** One attempt of one delivery (the queue handler). */
   async deliver(job: Job<DeliveryJob>, signal: AbortSignal): Promise<JobOutcome> {
     const { deliveryId, manual = false } = job.payload;
-    const work = await this.loads.call(deliveryId);
+    const work = await this.loads.submit(deliveryId);
     // Deleted with its endpoint, or already finished (a re-run after a crash): nothing to send.
     if (!work || work.status !== 'pending') return { type: 'complete' };
     if (!work.enabled) {
@@ -421,7 +425,7 @@ export class WebhookService {
     const finishedAt = this.clock.now();
     const last = manual || job.attempts >= job.maxAttempts;
     const status: DeliveryStatus = success ? 'succeeded' : last ? 'failed' : 'pending';
-    await this.records.call({
+    await this.records.submit({
       deliveryId,
       startedAt,
       durationMs: finishedAt - startedAt,

@@ -14,7 +14,7 @@ import type { Logger } from '../../shared/log.js';
 import { classifyReply, parseReply, reasonFor } from './classify.js';
 import { DkimKeyCache, type KeySource } from './dkim/keys.js';
 import { dkimSign } from './dkim/sign.js';
-import { buildMessage, MessageBuildError, parseMailbox, stableMessageId } from './mime.js';
+import { buildMessage, MessageBuildError, requireMailbox, stableMessageId } from './mime.js';
 import { MxResolver } from './mx.js';
 import { ConnectionPool, PoolBusyError, PoolClosedError, type PoolSettings } from './pool.js';
 import { ProvenanceStore } from './provenance.js';
@@ -127,8 +127,8 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
   async function attempt(msg: OutboundMessage, route: DeliveryRoute): Promise<DeliveryResult> {
     let to;
     try {
-      to = parseMailbox(msg.to, 'to');
-      parseMailbox(msg.from, 'from');
+      to = requireMailbox(msg.to, 'to');
+      requireMailbox(msg.from, 'from');
     } catch (err) {
       if (err instanceof MessageBuildError) return { status: 'bounced', hard: false, reason: 'syntaxerror', response: err.message };
       throw err;
@@ -168,14 +168,14 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
     // Signed messages per body encoding, shared by every host tried. The 8bit form is started
     // at once (nearly every server offers 8BITMIME); a server without it gets the encoded form.
     // `parts`: the DKIM-Signature fields and the message, written to the socket without joining.
-    const built = new Map<boolean, Promise<{ parts: [string, string]; size: number; eightBit: boolean; smtpUtf8: boolean }>>();
+    const built = new Map<boolean, Promise<{ parts: [string, string]; size: number; eightBit: boolean }>>();
     const build = (eightBit: boolean) => {
       let p = built.get(eightBit);
       if (!p) {
         p = (async () => {
           const b = buildMessage(msg, { messageIdHeader, date: now, eightBit });
           const sig = await dkimSign(b.wire, keys, Math.floor(now / 1000));
-          return { parts: [sig, b.wire] as [string, string], size: sig.length + b.wire.length, eightBit: b.eightBit, smtpUtf8: b.smtpUtf8 };
+          return { parts: [sig, b.wire] as [string, string], size: sig.length + b.wire.length, eightBit: b.eightBit };
         })();
         // Handled where awaited; this keeps an unused speculative build from being "unhandled".
         p.catch(() => {});
@@ -245,11 +245,7 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
             reusable = true;
             return local(`provenance could not be written: ${provenanceError.message}`, 'mailererror');
           }
-          if (b.smtpUtf8 && !session.extensions.includes('SMTPUTF8')) {
-            reusable = true;
-            return { status: 'bounced', hard: false, code: 553, enhancedCode: '5.6.7', reason: 'contenterror', response: `${host.name} does not offer SMTPUTF8, which the address needs`, mxHost: host.name };
-          }
-          const response = await session.send({ from: envelopeFrom, to: to.address, size: b.size, eightBit: b.eightBit, smtpUtf8: b.smtpUtf8 }, b.parts, o.clock.now());
+          const response = await session.send({ from: envelopeFrom, to: to.address, size: b.size, eightBit: b.eightBit }, b.parts, o.clock.now());
           reusable = true;
           const r = classifyReply(response, host.name, session.tls);
           return r.status === 'sent' && session.tlsFallback ? { ...r, tlsFallback: true } : r;

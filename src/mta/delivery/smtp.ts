@@ -1,6 +1,7 @@
 /**
  * One SMTP client session to a remote MX (RFC 5321, PIPELINING RFC 2920, STARTTLS RFC 3207,
- * 8BITMIME, SMTPUTF8, SIZE).
+ * 8BITMIME, SIZE). Envelope addresses are ASCII: the address grammar refuses non-ASCII local
+ * parts (src/shared/mail/address.ts), so SMTPUTF8 is never needed.
  *
  * Hand-written over net/tls rather than nodemailer's SMTPConnection, which we used first: on
  * the delivery benchmark nodemailer took roughly a third of the event loop per message, mostly its
@@ -353,12 +354,13 @@ export class SmtpSession {
    * SmtpError (a reply to MAIL/RCPT/DATA carries it in `response`). With PIPELINING the
    * pending RSET, MAIL, RCPT and DATA leave in one write.
    */
-  async send(envelope: { from: string; to: string; size: number; eightBit: boolean; smtpUtf8?: boolean }, raw: Buffer | string | readonly string[], now: number): Promise<string> {
+  async send(envelope: { from: string; to: string; size: number; eightBit: boolean }, raw: Buffer | string | readonly string[], now: number): Promise<string> {
     this.lastUsed = now;
     this.messages++;
     if (this.failure) throw this.failure;
     for (const a of [envelope.from, envelope.to]) {
-      if (/[\r\n<>\s]/.test(a)) throw new SmtpError('EENVELOPE', `invalid envelope address ${JSON.stringify(a)}`, 'API');
+      // Printable ASCII only: commands are written as latin1, without SMTPUTF8.
+      if (/[^!-~]|[<>]/.test(a)) throw new SmtpError('EENVELOPE', `invalid envelope address ${JSON.stringify(a)}`, 'API');
     }
     if (this.maxSize && envelope.size > this.maxSize) {
       throw new SmtpError('EMESSAGE', `Message size larger than allowed ${this.maxSize}`, 'MAIL FROM');
@@ -367,19 +369,17 @@ export class SmtpSession {
     let params = '';
     if (ext.includes('SIZE')) params += ` SIZE=${envelope.size}`;
     if (envelope.eightBit && ext.includes('8BITMIME')) params += ' BODY=8BITMIME';
-    if (envelope.smtpUtf8 && ext.includes('SMTPUTF8')) params += ' SMTPUTF8';
     const rset = this.needRset;
     this.needRset = true;
     const commands: [string, string][] = [];
     if (rset) commands.push(['RSET', 'RSET\r\n']);
     commands.push(['MAIL FROM', `MAIL FROM:<${envelope.from}>${params}\r\n`], ['RCPT TO', `RCPT TO:<${envelope.to}>\r\n`], ['DATA', 'DATA\r\n']);
-    const enc = envelope.smtpUtf8 ? 'utf8' : 'latin1';
 
     const replies: string[] = [];
     if (ext.includes('PIPELINING')) {
       const pending = commands.map(([name]) => this.reply(undefined, name));
       this.socket.cork();
-      for (const [, c] of commands) this.write(Buffer.from(c, enc));
+      for (const [, c] of commands) this.write(Buffer.from(c, 'latin1'));
       this.socket.uncork();
       // Settle every reply (a later one may fail too) before judging the first.
       const settled = await Promise.allSettled(pending);
@@ -393,7 +393,7 @@ export class SmtpSession {
       }
     } else {
       for (const [name, c] of commands) {
-        this.write(Buffer.from(c, enc));
+        this.write(Buffer.from(c, 'latin1'));
         const r = await this.reply(undefined, name);
         replies.push(r);
         if (!(name === 'DATA' ? r.startsWith('354') : r.startsWith('2'))) break;

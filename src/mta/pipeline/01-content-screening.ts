@@ -1,4 +1,4 @@
-import { domainOf } from '../address.js';
+import { domainOf } from '../../shared/mail/address.js';
 import { CONTINUE, drop, type Phase, type PhaseResult, type PipelineContext } from './types.js';
 
 const URL_HOST = /\bhttps?:\/\/([^\s"'<>/?#\\:@]+)/gi;

@@ -2,7 +2,8 @@ import { isUtf8 } from 'node:buffer';
 import { MtaJobAcceptedSchema, MtaJobSchema } from '../../shared/contracts/mta.js';
 import { AppError, badInput, forbidden } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
-import { isAddress, parseMailbox } from '../address.js';
+import { asciiDomain, domainOf, normalizeAddress, parseMailbox } from '../../shared/mail/address.js';
+import { isHeaderName } from '../../shared/mail/headers.js';
 import type { MtaContext } from '../context.js';
 import { GroupCommit } from '../intake.js';
 import { groupKeyOf, type EmailJob, type MtaJobPayload } from '../job.js';
@@ -10,7 +11,6 @@ import { engagementBand } from '../policy.js';
 import { isDkimDomain } from '../stores/dkim.js';
 import { ErrorResponse } from './schemas.js';
 
-const HEADER_NAME = /^[!-9;-~]{1,76}$/;
 
 /**
  * POST /send: validate, authorize, apply back-pressure, store the job durably, answer 202.
@@ -112,15 +112,17 @@ export function hasForbiddenKey(value: unknown): boolean {
 
 /** Field rules the schema cannot say; returns the queue payload. */
 function validate(m: MtaContext, body: EmailJob): MtaJobPayload {
-  const to = body.to.trim();
-  if (!isAddress(to)) throw badInput('to must be one email address (local@domain)', 'invalid_address');
+  // Stored normalized: routing, throttling and suppression use the A-label domain.
+  const to = normalizeAddress(body.to);
+  if (!to) throw badInput('to must be one email address (local@domain)', 'invalid_address');
   if (!parseMailbox(body.from)) throw badInput('from must be one address, optionally with a display name', 'invalid_address');
   if (body.replyTo !== undefined && !parseMailbox(body.replyTo)) throw badInput('replyTo must be one address', 'invalid_address');
-  const dkimDomain = body.dkimDomain.trim().toLowerCase();
+  // A-labels, as domainOf(from) gives them for the DKIM alignment check.
+  const dkimDomain = asciiDomain(body.dkimDomain.trim());
   if (!isDkimDomain(dkimDomain)) throw badInput('dkimDomain must be a domain name', 'invalid_domain');
   if (/[\r\n]/.test(body.subject)) throw badInput('subject must not contain line breaks', 'invalid_header');
   for (const [name, value] of Object.entries(body.headers ?? {})) {
-    if (!HEADER_NAME.test(name)) throw badInput(`headers: "${name.slice(0, 80)}" is not a valid header name`, 'invalid_header');
+    if (!isHeaderName(name)) throw badInput(`headers: "${name.slice(0, 80)}" is not a valid header name`, 'invalid_header');
     if (/[\r\n\0]/.test(value)) throw badInput(`headers.${name} must not contain line breaks`, 'invalid_header');
   }
   const bad = unstorable(body);
@@ -136,7 +138,7 @@ function validate(m: MtaContext, body: EmailJob): MtaJobPayload {
     // JSON cannot carry a non-finite number: an unusable score is stored as unknown.
     engagementScore: band ? (s as number) : null,
     recipient,
-    domain: recipient.slice(recipient.lastIndexOf('@') + 1),
+    domain: domainOf(to),
     band: band?.name ?? 'default',
     acceptedAt: m.services.clock.now(),
   };

@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import { badInput, notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
-import { isAddress } from '../address.js';
+import { normalizeAddress } from '../../shared/mail/address.js';
 import type { MtaContext } from '../context.js';
 import { type SuppressionReason } from '../stores/suppression.js';
 import { Data, Email, ErrorResponse, masterErrors } from './schemas.js';
@@ -12,18 +12,21 @@ const AddResult = Data(Type.Object({ added: Type.Integer(), updated: Type.Intege
 export const BATCH_MAX = 1_000;
 export const BULK_MAX = 10_000;
 
-/** Lowercases and checks every address; rejects the whole request on the first bad one (nothing half-written). */
+/** The stored form: normalized (shared/mail/address.ts), then lower-cased as a whole. */
+const suppressionKey = (raw: string): string | undefined => normalizeAddress(raw)?.toLowerCase();
+
+/** Checks every address; rejects the whole request on the first bad one (nothing half-written). */
 function normalize(addresses: string[]): string[] {
   return addresses.map((raw, i) => {
-    const a = raw.trim().toLowerCase();
-    if (!isAddress(a)) throw badInput(`addresses[${i}] is not an email address`, 'invalid_address');
+    const a = suppressionKey(raw);
+    if (!a) throw badInput(`addresses[${i}] is not an email address`, 'invalid_address');
     return a;
   });
 }
 
 function emailParam(raw: string): string {
-  const a = raw.trim().toLowerCase();
-  if (!isAddress(a)) throw badInput('Not an email address', 'invalid_address');
+  const a = suppressionKey(raw);
+  if (!a) throw badInput('Not an email address', 'invalid_address');
   return a;
 }
 

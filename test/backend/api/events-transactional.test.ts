@@ -245,6 +245,27 @@ describe('events and transactional', () => {
       expect(mta.requests.length).toBe(1);
     });
 
+    it('one address grammar with the MTA: an internationalized domain goes out as A-labels; a non-ASCII local part is a 400', async () => {
+      const r = await api.call('POST', '/api/v1/transactional', { key, body: { ...mail, to: 'Jörg <joerg@Bücher.example>', from: 'Bücher <news@bücher.test>' } });
+      expect(r.status, JSON.stringify(r.body)).toBe(202);
+      expect(JSON.parse(mta.requests[0].rawBody.toString())).toMatchObject({
+        to: 'joerg@xn--bcher-kva.example',
+        from: '"Bücher" <news@xn--bcher-kva.test>',
+        dkimDomain: 'xn--bcher-kva.test',
+      });
+      const refused: [Record<string, unknown>, string][] = [
+        [{ ...mail, to: 'jörg@example.com' }, 'invalid_email'],
+        [{ ...mail, from: 'Jörg <jörg@acme.test>' }, 'invalid_from'],
+        [{ ...mail, replyTo: 'jörg@acme.test' }, 'invalid_email'],
+      ];
+      for (const [body, reason] of refused) {
+        const bad = await api.call('POST', '/api/v1/transactional', { key, body });
+        expect(bad.status).toBe(400);
+        expect(bad.body.error).toMatchObject({ category: 'invalid_input', data: { reason } });
+      }
+      expect(mta.requests.length).toBe(1);
+    });
+
     it('refuses bad input with 400 before anything is sent', async () => {
       const bad: Record<string, unknown>[] = [
         { ...mail, to: 'not-an-address' },

@@ -80,10 +80,17 @@ describe('message building', () => {
     expect(() => buildMessage({ ...base, to: 'no-domain', html: 'x' }, opts)).toThrow(MessageBuildError);
   });
 
-  it('IDN domains become A-labels; non-ASCII local parts ask for SMTPUTF8', () => {
-    const b = buildMessage({ ...base, to: 'jörg@bücher.test', html: 'x' }, opts);
-    expect(b.to.address).toBe('jörg@xn--bcher-kva.test');
-    expect(b.smtpUtf8).toBe(true);
+  it('IDN domains become A-labels in the envelope and the headers; a non-ASCII local part is refused (no SMTPUTF8)', () => {
+    const b = buildMessage({ ...base, from: 'Jörg <news@Bücher.test>', to: 'rcpt@bücher.test', html: 'x' }, opts);
+    expect(b.to).toEqual({ name: null, address: 'rcpt@xn--bcher-kva.test', domain: 'xn--bcher-kva.test' });
+    const headerBlock = b.wire.slice(0, b.wire.indexOf('\r\n\r\n'));
+    expect(headerBlock).toMatch(/^To: rcpt@xn--bcher-kva\.test$/m);
+    expect(headerBlock).toMatch(/^From: =\?UTF-8\?Q\?J=C3=B6rg\?= <news@xn--bcher-kva\.test>$/m);
+    expect(headerBlock).toMatch(/^[\x20-\x7e\r\n]*$/); // all ASCII
+    for (const to of ['jörg@bücher.test', 'jörg@example.test']) {
+      expect(() => buildMessage({ ...base, to, html: 'x' }, opts)).toThrow(MessageBuildError);
+    }
+    expect(() => buildMessage({ ...base, from: 'Jörg <jörg@sender.test>', html: 'x' }, opts)).toThrow(MessageBuildError);
   });
 
   it('Message-ID is stable per job and differs between jobs', () => {

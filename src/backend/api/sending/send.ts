@@ -17,6 +17,7 @@ import { newId } from '../../../shared/crypto.js';
 import type { Db } from '../../../shared/db/pool.js';
 import { AppError, conflict } from '../../../shared/errors.js';
 import type { Logger } from '../../../shared/log.js';
+import { domainOf } from '../../../shared/mail/address.js';
 import type { EventBus } from '../../events.js';
 import { recordFailures, recordHandOffs, retakeSend } from '../../sends/handoff.js';
 import { TRANSACTIONAL } from '../policy.js';
@@ -114,7 +115,7 @@ export class SendService {
       replyTo: req.replyTo,
       headers: req.headers,
       ipPool: req.type === 'campaign' ? 'campaign' : 'transactional',
-      dkimDomain: req.fromAddress.slice(req.fromAddress.lastIndexOf('@') + 1),
+      dkimDomain: domainOf(req.fromAddress),
       campaignId: req.campaignId ?? null,
     };
     try {
