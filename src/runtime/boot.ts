@@ -62,13 +62,15 @@ async function prepareConfig(opts: StartOptions) {
   Object.assign(config, secrets.values);
 
   config.BASE_URL ??= `http://localhost:${config.PORT}`;
-  return { config, dataDir, embedded, generated: secrets.generated, postgresPassword: secrets.postgresPassword };
+  // Only the default DATA_DIR may have its cluster placed elsewhere; an operator's choice stays put.
+  const relocate = !env.DATA_DIR;
+  return { config, dataDir, embedded, relocate, generated: secrets.generated, postgresPassword: secrets.postgresPassword };
 }
 
 export async function startLettermill(opts: StartOptions = {}): Promise<Running> {
   const role = opts.role ?? 'all';
   const announce = opts.announce ?? ((line: string) => process.stdout.write(`${line}\n`));
-  const { config, dataDir, embedded, generated, postgresPassword } = await prepareConfig(opts);
+  const { config, dataDir, embedded, relocate, generated, postgresPassword } = await prepareConfig(opts);
   const log = opts.log ?? createLogger({ level: config.LOG_LEVEL });
   const clock = opts.clock ?? systemClock;
 
@@ -81,10 +83,10 @@ export async function startLettermill(opts: StartOptions = {}): Promise<Running>
     let store: EmbeddedStore | undefined;
     let databaseUrl = config.DATABASE_URL;
     if (embedded) {
-      store = await startEmbeddedPostgres({ dataDir, password: postgresPassword!, log });
+      store = await startEmbeddedPostgres({ dataDir, password: postgresPassword!, log, relocate });
       cleanups.push(() => store!.stop());
       databaseUrl = store.url;
-      log.info({ port: store.port, dir: dataDir }, 'embedded PostgreSQL ready');
+      log.info({ port: store.port, dir: store.dir }, 'embedded PostgreSQL ready');
     }
     const db: Db = createPool(databaseUrl!, { max: 30, applicationName: `lettermill-${role}` });
     cleanups.push(() => db.end());
@@ -154,11 +156,11 @@ function displayHost(host: string): string {
 
 /** `lettermill migrate`: apply migrations and exit. */
 export async function migrateOnly(opts: StartOptions = {}): Promise<MigrateResult> {
-  const { config, dataDir, embedded, postgresPassword } = await prepareConfig(opts);
+  const { config, dataDir, embedded, relocate, postgresPassword } = await prepareConfig(opts);
   const log = opts.log ?? createLogger({ level: config.LOG_LEVEL });
   let store: EmbeddedStore | undefined;
   try {
-    if (embedded) store = await startEmbeddedPostgres({ dataDir, password: postgresPassword!, log });
+    if (embedded) store = await startEmbeddedPostgres({ dataDir, password: postgresPassword!, log, relocate });
     const db = createPool(store?.url ?? config.DATABASE_URL!, { max: 2 });
     try {
       return await migrate(db, log);

