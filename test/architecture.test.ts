@@ -113,4 +113,38 @@ describe('architecture', () => {
     expect(filesOf.size).toBeGreaterThan(0);
     expect([...filesOf].filter(([, files]) => files.size > 1)).toEqual([]);
   });
+
+  describe('the backend ↔ MTA contract lives in src/shared/contracts/mta.ts', () => {
+    const CONTRACT = join(SRC, 'shared/contracts/mta.ts');
+    const text = (f: string) => readFileSync(f, 'utf8');
+    const others = files.filter((f) => f !== CONTRACT);
+
+    it('both halves import it', () => {
+      const importers = files.filter((f) => /from '[./]*shared\/contracts\/mta\.js'/.test(text(f))).map((f) => area(f));
+      expect(new Set(importers)).toEqual(new Set(['backend', 'mta']));
+    });
+
+    it('no event name is written as a literal outside it', () => {
+      // Names no other vocabulary uses are refused anywhere; `sent`/`bounced`/`complained`
+      // (also statuses) wherever code names an MTA event: emit(...), event(...), case.
+      const unique = /(?<!reason: )'(inbound\.received|org\.circuit_breaker|ip\.blocklisted|ip\.delisted|ip\.warming_complete|all_ips_blocked)'/;
+      const named = /\.(emit|event)\(\s*'(sent|bounced|complained)'/;
+      const offenders = others.filter((f) => (area(f) === 'mta' || f.includes('/feedback/')) && (unique.test(text(f)) || named.test(text(f))));
+      expect(offenders.map((f) => relative(ROOT, f))).toEqual([]);
+      const translate = text(join(SRC, 'backend/feedback/translate/mta.ts'));
+      expect(translate).not.toMatch(/case '/);
+      // No guessing between field names: the contract names each field once.
+      expect(translate).not.toMatch(/data\.\w+ \?\? data\./);
+    });
+
+    it('no job field set is declared outside it', () => {
+      const offenders = others.filter((f) => /dkimDomain: Type\./.test(text(f)) || /interface \w*Job\w* \{[^}]*dkimDomain/s.test(text(f)));
+      expect(offenders.map((f) => relative(ROOT, f))).toEqual([]);
+    });
+  });
+
+  it('one module writes email_sends transitions (src/backend/sends/)', () => {
+    const offenders = files.filter((f) => /UPDATE email_sends/.test(readFileSync(f, 'utf8')) && !relative(SRC, f).startsWith('backend/sends/'));
+    expect(offenders.map((f) => relative(ROOT, f))).toEqual([]);
+  });
 });

@@ -11,6 +11,7 @@
  * campaign-sending pause on a circuit breaker, and logs.
  */
 import type { Clock } from '../../shared/clock.js';
+import { MTA_EVENT } from '../../shared/contracts/mta.js';
 import { newId } from '../../shared/crypto.js';
 import { tx, type Db, type DbClient } from '../../shared/db/pool.js';
 import type { Logger } from '../../shared/log.js';
@@ -201,7 +202,7 @@ async function recordEvents(c: DbClient, events: FeedbackEvent[], sendOf: Map<Li
       col((ev) => ev.source),
       col((ev) => ev.eventId),
       col((ev) => ev.kind),
-      col((ev) => (ev.kind === 'lifecycle' ? ev.status : ev.kind === 'inbound' ? 'inbound.received' : ev.event)),
+      col((ev) => (ev.kind === 'lifecycle' ? ev.status : ev.kind === 'inbound' ? MTA_EVENT.inboundReceived : ev.event)),
       col((ev) => lc(ev)?.recipient ?? null),
       col((ev) => lc(ev)?.providerMessageId ?? null),
       // The send found, else the id the provider echoed (kept even when unknown here).
@@ -277,7 +278,7 @@ async function applyOperational(c: DbClient, deps: PipelineDeps, ev: Operational
   );
   const ctx = { mtaEventId: id, event: ev.event, organizationId: ev.organizationId, ip: ev.ip, data: ev.data };
   switch (ev.event) {
-    case 'org.circuit_breaker': {
+    case MTA_EVENT.orgCircuitBreaker: {
       const reason = breakerReason(ev.data);
       await c.query(
         `INSERT INTO campaign_sending_pauses (id, mta_event_id, organization_id, reason, paused_at) VALUES ($1, $2, $3, $4, $5)`,
@@ -288,16 +289,16 @@ async function applyOperational(c: DbClient, deps: PipelineDeps, ev: Operational
       );
       break;
     }
-    case 'all_ips_blocked':
+    case MTA_EVENT.allIpsBlocked:
       pending.log.push(() => deps.log.error(ctx, 'MTA reports every sending IP blocked: sending has halted'));
       break;
-    case 'ip.blocklisted':
+    case MTA_EVENT.ipBlocklisted:
       pending.log.push(() => deps.log.warn(ctx, 'MTA sending IP is blocklisted and was removed from its pool'));
       break;
-    case 'ip.delisted':
+    case MTA_EVENT.ipDelisted:
       pending.log.push(() => deps.log.warn(ctx, 'MTA sending IP is no longer blocklisted'));
       break;
-    case 'ip.warming_complete':
+    case MTA_EVENT.ipWarmingComplete:
       pending.log.push(() => deps.log.warn(ctx, 'MTA sending IP completed warming'));
       break;
   }

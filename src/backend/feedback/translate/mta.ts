@@ -86,7 +86,7 @@ function translateMtaEvent(parsed: unknown, nowMs: number): Translation {
 
   switch (name) {
     case MTA_EVENT.sent: {
-      const d = root.data as MtaEventData['sent'];
+      const d = root.data as MtaEventData[typeof MTA_EVENT.sent];
       return {
         events: [
           {
@@ -102,7 +102,7 @@ function translateMtaEvent(parsed: unknown, nowMs: number): Translation {
       };
     }
     case MTA_EVENT.bounced: {
-      const d = root.data as MtaEventData['bounced'];
+      const d = root.data as MtaEventData[typeof MTA_EVENT.bounced];
       const bounce = classifyBounce(d.type, d.smtpResponse, d.reason.toLowerCase());
       if (d.enhancedCode && /^[245]\.\d{1,3}\.\d{1,3}$/.test(d.enhancedCode)) bounce.status = d.enhancedCode;
       return {
@@ -110,7 +110,7 @@ function translateMtaEvent(parsed: unknown, nowMs: number): Translation {
       };
     }
     case MTA_EVENT.complained: {
-      const d = root.data as MtaEventData['complained'];
+      const d = root.data as MtaEventData[typeof MTA_EVENT.complained];
       return {
         events: [
           {
@@ -126,7 +126,7 @@ function translateMtaEvent(parsed: unknown, nowMs: number): Translation {
       };
     }
     case MTA_EVENT.inboundReceived: {
-      const d = root.data as MtaEventData['inbound.received'];
+      const d = root.data as MtaEventData[typeof MTA_EVENT.inboundReceived];
       const to = d.to.map(normEmail).filter((e): e is string => e !== null);
       if (to.length === 0) throw new FeedbackFormatError('An inbound.received event needs at least one address in data.to');
       const known = new Set(Object.keys(MTA_EVENT_DATA[MTA_EVENT.inboundReceived].properties));
