@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { parseMailbox } from '../../../shared/mail/address.js';
 import { DIAGNOSTIC_RULES, RELAY_SUPPRESSION_REASONS } from '../policy.js';
 import { FeedbackFormatError, type BounceInfo, type SuppressionReason } from '../lifecycle.js';
 
@@ -21,16 +22,14 @@ export function optString(v: unknown, max = 1000): string | null {
   return typeof v === 'string' && v.trim() !== '' ? v.trim().slice(0, max) : null;
 }
 
-const EMAIL = /^[^\s@<>()",;:]{1,64}@[^\s@<>()",;:]{1,255}$/;
-
-/** A bare address, lower-cased (suppression keys are lower case); null when absent or not an address. */
+/**
+ * A bare address, lower-cased (suppression keys are lower case); null when absent or not one
+ * address of the grammar every door uses (src/shared/mail/address.ts): feedback can only be
+ * about addresses we accepted.
+ */
 export function normEmail(v: unknown): string | null {
   if (typeof v !== 'string') return null;
-  let s = v.trim();
-  const angle = /<([^<>]+)>\s*$/.exec(s); // "Name <a@b>"
-  if (angle) s = angle[1]!.trim();
-  s = s.toLowerCase();
-  return EMAIL.test(s) ? s : null;
+  return parseMailbox(v)?.address.toLowerCase() ?? null;
 }
 
 export function requireEmail(v: unknown, field: string): string {
