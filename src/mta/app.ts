@@ -137,7 +137,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     dlqSize: async () => (await stores.outbox.stats()).total,
     emergency: () => ipStatus.allBlocked(),
   });
-  const relay = new OutboxRelay(stores.outbox, { webhookUrl: s.config.MTA_WEBHOOK_URL, webhookSecret: s.config.MTA_WEBHOOK_SECRET, policy: policy.events }, s.clock, log, metrics);
+  const relay = new OutboxRelay(stores.outbox, { target: () => ({ url: s.config.MTA_WEBHOOK_URL, secret: s.config.MTA_WEBHOOK_SECRET }), policy: policy.events }, s.clock, log, metrics);
 
   const breaker = new OrgBreaker(s.coord, s.clock, policy, instanceId, {
     onTrip(orgId, st) {

@@ -25,8 +25,7 @@ import { outboxEvent, type OutboxEvent, type OutboxStore } from './store.js';
 
 export interface RelayOptions {
   /** Where and with which secret to post; either unset: events are not written at all (logged once). */
-  webhookUrl: string | undefined;
-  webhookSecret: string | undefined;
+  target: () => { url: string | undefined; secret: string | undefined };
   policy: MtaPolicy['events'];
 }
 
@@ -59,7 +58,8 @@ export class OutboxRelay implements MtaEvents {
 
   /** False when there is nowhere to post: callers then write no event (as before the outbox). */
   get enabled(): boolean {
-    if (this.o.webhookUrl && this.o.webhookSecret) return true;
+    const { url, secret } = this.o.target();
+    if (url && secret) return true;
     if (!this.warnedUnconfigured) {
       this.warnedUnconfigured = true;
       this.log.warn('MTA_WEBHOOK_URL or MTA_WEBHOOK_SECRET is not set: events to the backend are not sent');
@@ -155,13 +155,13 @@ export class OutboxRelay implements MtaEvents {
 
   /** One signed POST of `text`; null on a 2xx, otherwise the error. */
   private async send(text: string): Promise<string | null> {
-    const url = this.o.webhookUrl!;
+    const { url, secret } = this.o.target();
     const ts = String(unixSeconds(this.clock.now()));
     try {
       const res = await this.http.postJson(
-        url,
+        url!,
         text,
-        { 'user-agent': `Lettermill-MTA/${VERSION}`, 'x-mta-timestamp': ts, 'x-mta-signature': hmacSha256Hex(this.o.webhookSecret!, `${ts}.${text}`) },
+        { 'user-agent': `Lettermill-MTA/${VERSION}`, 'x-mta-timestamp': ts, 'x-mta-signature': hmacSha256Hex(secret!, `${ts}.${text}`) },
         this.o.policy.postTimeoutMs,
       );
       return res.status >= 200 && res.status < 300 ? null : `HTTP ${res.status}`;
