@@ -96,7 +96,7 @@ export class OutboxRelay implements MtaEvents {
 
   /** Starts looking for due rows (retries, a dead instance's rows, DLQ retries). */
   start(): void {
-    if (!this.enabled) return;
+    // Even while unconfigured: role all learns the backend's URL after both halves started.
     this.timer = setInterval(() => void this.poll(), this.o.policy.pollMs);
     this.timer.unref();
     void this.poll();
@@ -104,6 +104,7 @@ export class OutboxRelay implements MtaEvents {
 
   /** One look for due rows; resolves when their posts are done (tests call it directly). */
   poll(): Promise<void> {
+    if (!this.enabled) return Promise.resolve();
     this.polling ??= (async () => {
       try {
         for (;;) {
