@@ -105,17 +105,18 @@ export async function applyEffects(d: EffectDeps, ctx: PipelineContext, result: 
   await Promise.all(effects);
 }
 
+/** What a job's result event says about its message. */
+function messageRef(ctx: PipelineContext) {
+  const job = ctx.job;
+  return { messageId: job.messageId, jobId: ctx.jobId, organizationId: job.organizationId, campaignId: job.campaignId ?? null, recipient: job.recipient, domain: job.domain };
+}
+
 function sentEvent(d: Pick<EffectDeps, 'events'>, ctx: PipelineContext, r: Extract<DeliveryResult, { status: 'sent' }>, attempt: number): OutboxEvent | null {
   const job = ctx.job;
   return d.events.event(
     MTA_EVENT.sent,
     {
-      messageId: job.messageId,
-      jobId: ctx.jobId,
-      organizationId: job.organizationId,
-      campaignId: job.campaignId ?? null,
-      recipient: job.recipient,
-      domain: job.domain,
+      ...messageRef(ctx),
       pool: ctx.pool ?? null,
       ip: ctx.ip!.address,
       mxHost: r.mxHost ?? null,
@@ -139,12 +140,7 @@ export function bouncedEvent(
   return d.events.event(
     MTA_EVENT.bounced,
     {
-      messageId: job.messageId,
-      jobId: ctx.jobId,
-      organizationId: job.organizationId,
-      campaignId: job.campaignId ?? null,
-      recipient: job.recipient,
-      domain: job.domain,
+      ...messageRef(ctx),
       type: r.type,
       reason: r.reason,
       smtpCode: r.code ?? null,
