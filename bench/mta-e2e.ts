@@ -140,6 +140,8 @@ export async function runEndToEnd(o: {
   role: 'all' | 'mta';
   /** The embedded PostgreSQL's data directory, for its CPU time (absent: not measured). */
   pgDir?: string;
+  /** Another checkout to run instead of this one (BENCH_OLD_ROOT). */
+  root?: string;
 }): Promise<EndToEndResult> {
   // A database of its own per run (role all leaves every event recorded behind it).
   const scratch = await scratchDatabase(o.databaseUrl, 'lm_bench_e2e');
@@ -158,6 +160,7 @@ export async function runEndToEnd(o: {
   };
   const product = await startProduct({
     role: o.role,
+    root: o.root,
     env: {
       NODE_ENV: 'production',
       LOG_LEVEL: 'silent',

@@ -26,7 +26,8 @@
  * profile of the product), BENCH_PRODUCT_NODE_OPTIONS (extra node flags for the product, e.g.
  * --perf-basic-prof for `perf record -p`), BENCH_PRODUCT_NODE_FLAGS (flags NODE_OPTIONS refuses,
  * e.g. --trace-deopt), BENCH_PRODUCT_LOG (a file for the product's output), BENCH_WARMUP (1000:
- * messages each end-to-end run delivers before measuring), BENCH_PAIRS (1). Runs under the same node flags as
+ * messages each end-to-end run delivers before measuring), BENCH_PAIRS (1), BENCH_OLD_ROOT (a built checkout
+ * of an older commit: each end-to-end run is paired with the same run of it, new/old ratios printed). Runs under the same node flags as
  * `npm start`.
  */
 import { execFile } from 'node:child_process';
@@ -58,6 +59,9 @@ const E2E_ROLES = (process.env.BENCH_E2E_ROLES ?? 'all,mta').split(',').filter((
 // Postfix's master must run as root: on by default when we are root.
 const POSTFIX = (process.env.BENCH_POSTFIX ?? (process.getuid?.() === 0 ? '1' : '0')) === '1';
 const PAIRS = Math.max(1, Number(process.env.BENCH_PAIRS ?? 1));
+// A checkout of an older commit, built (npm ci, npm run build): each end-to-end run of this
+// checkout is preceded by the same run of that one, and the median new/old ratio is printed.
+const OLD_ROOT = process.env.BENCH_OLD_ROOT;
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -288,7 +292,14 @@ async function main(): Promise<void> {
         }
         if (!e2e) continue;
         for (const role of E2E_ROLES) {
-          const r = await mod!.runEndToEnd({ databaseUrl: url, dns, sinkPort: port, sinkHost: SINK_HOST, sinkCount: () => sink!.count(), rsaPem, n, bytes, domains: DOMAINS, html: htmlBody, role, pgDir });
+          const run = (root?: string) => mod!.runEndToEnd({ databaseUrl: url!, dns: dns!, sinkPort: port, sinkHost: SINK_HOST, sinkCount: () => sink!.count(), rsaPem, n, bytes, domains: DOMAINS, html: htmlBody, role, pgDir, root });
+          let old: Awaited<ReturnType<typeof run>> | undefined;
+          if (OLD_ROOT) {
+            old = await run(OLD_ROOT);
+            console.log(`end to end, role ${role}, ${label}, OLD (${OLD_ROOT}): ${fmt(old.rate)} msg/s, drain ${fmt(old.elapsedMs / 1000, 2)} s for ${fmt(n)}, ${cpuText(old.cpu, 'msg')}`);
+          }
+          const r = await run();
+          if (old) ratios[`new/old ${role}`] = [...(ratios[`new/old ${role}`] ?? []), r.rate / old.rate];
           ours[label][role] = r.rate;
           if (pf !== undefined) ratios[role].push(r.rate / pf);
           console.log(
@@ -300,8 +311,12 @@ async function main(): Promise<void> {
       }
       const summary = Object.entries(ratios)
         .filter(([, list]) => list.length > 0)
+        .filter(([what]) => !what.startsWith('new/old'))
         .map(([what, list]) => `${what === 'engine' ? 'delivery engine' : `end to end role ${what}`} ×${fmt(median(list), 2)}${list.length > 1 ? ` (median of ${list.map((x) => fmt(x, 2)).join(', ')})` : ''}`);
       if (summary.length > 0) console.log(`ratio to Postfix, ${label}: ${summary.join('; ')} (goal ≥ 1.0)`);
+      for (const [what, list] of Object.entries(ratios).filter(([w]) => w.startsWith('new/old'))) {
+        console.log(`${what}, ${label}: ×${fmt(median(list), 3)} (median of ${list.map((x) => fmt(x, 3)).join(', ')})`);
+      }
     }
     console.log('');
     console.log(`load average at end: ${loadavg().map((l) => l.toFixed(2)).join(', ')} (1, 5, 15 min)`);

@@ -15,8 +15,8 @@ import { fileURLToPath } from 'node:url';
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 /** Node's flags from the `start` script (`node <flags> dist/cli.js serve`). */
-export function startScriptNodeFlags(): string[] {
-  const start: string = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts.start;
+export function startScriptNodeFlags(root = ROOT): string[] {
+  const start: string = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).scripts.start;
   const words = start.split(/\s+/);
   if (words[0] !== 'node' || !words.includes('dist/cli.js')) throw new Error(`unexpected start script: ${start}`);
   return words.slice(1, words.indexOf('dist/cli.js'));
@@ -38,13 +38,15 @@ function procCpuMs(pid: number): { total: number; system: number } {
   return { total: (Number(f[11]) + Number(f[12])) * 10, system: Number(f[12]) * 10 };
 }
 
-export async function startProduct(o: { role: 'all' | 'mta' | 'backend'; env: Record<string, string> }): Promise<Product> {
+/** `root`: a checkout with its own build (dist/) and node_modules, e.g. an older commit (BENCH_OLD_ROOT); default this one. */
+export async function startProduct(o: { role: 'all' | 'mta' | 'backend'; env: Record<string, string>; root?: string }): Promise<Product> {
+  const root = o.root ?? ROOT;
   // BENCH_PROFILE_DIR: a V8 CPU profile of the product, written when it stops.
   const profile = process.env.BENCH_PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}`] : [];
   // BENCH_PRODUCT_NODE_FLAGS: node/V8 flags NODE_OPTIONS refuses (e.g. --trace-deopt).
   const flags = (process.env.BENCH_PRODUCT_NODE_FLAGS ?? '').split(' ').filter(Boolean);
-  const child: ChildProcess = spawn(process.execPath, [...startScriptNodeFlags(), ...flags, ...profile, join(ROOT, 'dist/cli.js'), 'serve', '--role', o.role], {
-    cwd: ROOT,
+  const child: ChildProcess = spawn(process.execPath, [...startScriptNodeFlags(root), ...flags, ...profile, join(root, 'dist/cli.js'), 'serve', '--role', o.role], {
+    cwd: root,
     // BENCH_PRODUCT_NODE_OPTIONS: extra node flags for the product (e.g. --perf-basic-prof for perf).
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', NODE_OPTIONS: process.env.BENCH_PRODUCT_NODE_OPTIONS ?? '', ...o.env },
     stdio: ['ignore', 'pipe', 'pipe'],
