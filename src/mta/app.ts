@@ -181,7 +181,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     services: s,
     policy,
     pools,
-    auth: new MtaAuth(() => s.config.MTA_API_KEY, stores.credentials),
+    auth: new MtaAuth(s.config.MTA_API_KEY, stores.credentials),
     queue,
     relay,
     metrics,

@@ -63,7 +63,7 @@ export async function registerApi(app: HttpApp, s: Services, events?: EventBus):
     eventRoutes(api, d);
     transactionalRoutes(api, d);
   });
-  const guard = adminGuard(() => s.config.ADMIN_TOKEN);
+  const guard = adminGuard(s.config.ADMIN_TOKEN);
   await app.register(async (admin) => {
     jsonOnly(admin);
     adminKeyRoutes(admin, d, guard);

@@ -16,11 +16,11 @@ export interface CampaignsArea {
 }
 
 export async function registerCampaigns(app: HttpApp, s: Services, pub: Pick<PublicArea, 'signer' | 'links'>, events?: EventBus): Promise<CampaignsArea> {
-  const guard = adminGuard(() => s.config.ADMIN_TOKEN);
+  const guard = adminGuard(s.config.ADMIN_TOKEN);
   if (s.config.NODE_ENV === 'production' && !/^https:/i.test(s.config.BASE_URL ?? '')) {
     s.log.warn({ baseUrl: s.config.BASE_URL }, 'BASE_URL is not https: List-Unsubscribe one-click (RFC 8058) needs an https URL; Gmail and Yahoo ignore http ones');
   }
-  const baseUrl = () => s.config.BASE_URL!.replace(/\/+$/, '');
+  const baseUrl = s.config.BASE_URL!.replace(/\/+$/, '');
   const transports = new TransportResolver(s.config);
   const fanout = new Fanout({
     db: s.db,

@@ -54,7 +54,7 @@ export async function registerPublic(app: HttpApp, s: Services, events: EventBus
   pageRoutes(app, { limitIp: (req) => limiter.take('publicIp', req) });
   const org = s.config.ORGANIZATION_NAME;
   preferencesRoutes(app, { db: s.db, clock: s.clock, signer, limiter, events, organizationName: org });
-  formAdminRoutes(app, { db: s.db, clock: s.clock, guard: adminGuard(() => s.config.ADMIN_TOKEN) });
+  formAdminRoutes(app, { db: s.db, clock: s.clock, guard: adminGuard(s.config.ADMIN_TOKEN) });
 
   // Form bodies (urlencoded, multipart) are parsed only in this scope: the form endpoint,
   // one-click unsubscribe (the RFC 8058 POST is a form body) and the DOI confirmation (its
@@ -74,7 +74,7 @@ export async function registerPublic(app: HttpApp, s: Services, events: EventBus
     });
     formRoutes(scope, { db: s.db, clock: s.clock, log: s.log, config: s.config, signer, limiter, sender, events });
     doiRoutes(scope, { db: s.db, clock: s.clock, signer, limiter, events, organizationName: org });
-    unsubscribeRoutes(scope, { db: s.db, clock: s.clock, signer, limiter, events, organizationName: org, baseUrl: () => s.config.BASE_URL! });
+    unsubscribeRoutes(scope, { db: s.db, clock: s.clock, signer, limiter, events, organizationName: org, baseUrl: s.config.BASE_URL! });
   });
 
   return {
