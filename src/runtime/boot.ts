@@ -107,36 +107,37 @@ export async function startLettermill(opts: StartOptions = {}): Promise<Running>
     const services: Services = { config, log, db, coord, clock };
     const running: Running = { config, services, stop: cleanup };
 
-    if (role === 'backend' || role === 'all') {
-      const backend = await createBackend(services);
-      cleanups.push(async () => {
-        await backend.app.close(); // stop accepting, finish in-flight requests
-        await backend.stop();
-      });
-      await backend.app.listen({ host: config.HOST, port: config.PORT });
-      await backend.start();
-      running.backend = backend;
-      running.backendUrl = `http://${displayHost(config.HOST)}:${boundPort(backend.app)}`;
-    }
+    // Each role gets its peer as an option: the configured URL, else in role all the other
+    // half on loopback at the port it really bound (PORT or MTA_PORT may be 0). The MTA is
+    // built and listening first, as the backend needs its URL when built; the MTA needs the
+    // backend's only from its start, when its workers begin.
+    const loopback = (app: Parameters<typeof boundPort>[0]) => `http://${config.HOST === '0.0.0.0' || config.HOST === '::' ? '127.0.0.1' : config.HOST}:${boundPort(app)}`;
+    let backend: BackendRole | undefined;
+    let mta: MtaRole | undefined;
+    // Shutdown runs the MTA's step first: the events of its last deliveries reach a backend still listening.
+    cleanups.push(async () => {
+      await backend?.app.close(); // stop accepting, finish in-flight requests
+      await backend?.stop();
+    });
+    cleanups.push(async () => {
+      await mta?.app.close();
+      await mta?.stop(); // drains in-flight deliveries
+    });
     if (role === 'mta' || role === 'all') {
-      const mta = await createMta(services);
-      cleanups.push(async () => {
-        await mta.app.close();
-        await mta.stop(); // drains in-flight deliveries
-      });
+      mta = await createMta(services);
       await mta.app.listen({ host: config.HOST, port: config.MTA_PORT });
-      await mta.start();
       running.mta = mta;
       running.mtaUrl = `http://${displayHost(config.HOST)}:${boundPort(mta.app)}`;
     }
-
-    if (role === 'all') {
-      // One process: each half reaches the other on loopback at the port it really bound.
-      const local = (app: { server: unknown } & Parameters<typeof boundPort>[0]) =>
-        `http://${config.HOST === '0.0.0.0' || config.HOST === '::' ? '127.0.0.1' : config.HOST}:${boundPort(app)}`;
-      config.MTA_URL ??= local(running.mta!.app);
-      config.MTA_WEBHOOK_URL ??= `${local(running.backend!.app)}/webhooks/mta`;
+    if (role === 'backend' || role === 'all') {
+      backend = await createBackend(services, { mtaUrl: config.MTA_URL ?? (mta && loopback(mta.app)) });
+      await backend.app.listen({ host: config.HOST, port: config.PORT });
+      running.backend = backend;
+      running.backendUrl = `http://${displayHost(config.HOST)}:${boundPort(backend.app)}`;
     }
+    await backend?.start();
+    await mta?.start({ webhookUrl: config.MTA_WEBHOOK_URL ?? (backend && `${loopback(backend.app)}/webhooks/mta`) });
+
     if (generated.length) {
       announce('Generated on first boot and kept in ' + `${dataDir}/secrets.json (shown once):`);
       for (const name of generated) announce(`  ${name}=${config[name]}`);
