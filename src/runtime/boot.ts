@@ -35,23 +35,24 @@ export interface Running {
 
 /**
  * Resolves configuration and secrets, then the store: an external PostgreSQL from
- * DATABASE_URL, or the embedded one in DATA_DIR. Fills the defaults that only make sense
- * when roles share a process (the backend finds the MTA on loopback and vice versa).
+ * DATABASE_URL, or the embedded one in DATA_DIR. The configuration returned is final (frozen):
+ * the first-boot secrets and BASE_URL's default are in it; the peers' URLs of role all are
+ * options of the roles instead.
  */
 async function prepareConfig(opts: StartOptions) {
   const env = { ...(opts.env ?? process.env) };
-  const config = loadConfig(env);
-  const dataDir = resolve(config.DATA_DIR);
-  const embedded = !config.DATABASE_URL;
-  const production = config.NODE_ENV === 'production';
+  const given = loadConfig(env);
+  const dataDir = resolve(given.DATA_DIR);
+  const embedded = !given.DATABASE_URL;
+  const production = given.NODE_ENV === 'production';
 
   if (production) {
     const problems: string[] = [];
-    if (!config.BOUNCE_VERP_KEY) problems.push('BOUNCE_VERP_KEY is required in production');
-    else if (isPlaceholderSecret(config.BOUNCE_VERP_KEY)) problems.push('BOUNCE_VERP_KEY is a placeholder value; set a random key of at least 16 characters');
+    if (!given.BOUNCE_VERP_KEY) problems.push('BOUNCE_VERP_KEY is required in production');
+    else if (isPlaceholderSecret(given.BOUNCE_VERP_KEY)) problems.push('BOUNCE_VERP_KEY is a placeholder value; set a random key of at least 16 characters');
     if (!embedded) {
       for (const name of ['ADMIN_TOKEN', 'MTA_API_KEY', 'MTA_WEBHOOK_SECRET'] as const) {
-        if (!config[name]) problems.push(`${name} is required in production with an external DATABASE_URL (every instance must share it)`);
+        if (!given[name]) problems.push(`${name} is required in production with an external DATABASE_URL (every instance must share it)`);
       }
     }
     if (problems.length) throw new ConfigError(problems);
@@ -59,9 +60,8 @@ async function prepareConfig(opts: StartOptions) {
 
   mkdirSync(dataDir, { recursive: true });
   const secrets = loadOrCreateSecrets(dataDir, env, { embeddedStore: embedded });
-  Object.assign(config, secrets.values);
-
-  config.BASE_URL ??= `http://localhost:${config.PORT}`;
+  // Loaded again with what preparation adds, so the one configuration is never written to.
+  const config = loadConfig({ ...env, ...secrets.values, BASE_URL: given.BASE_URL ?? `http://localhost:${given.PORT}` });
   // Only the default DATA_DIR may have its cluster placed elsewhere; an operator's choice stays put.
   const relocate = !env.DATA_DIR;
   return { config, dataDir, embedded, relocate, generated: secrets.generated, postgresPassword: secrets.postgresPassword };

@@ -2,7 +2,7 @@
  * The engine inside the real product (startTestApp, role all): POST /send → queue → ten phases →
  * delivery to a scriptable sink; a 5xx user-unknown lands the address in suppression. With
  * both ports 0 and no MTA_URL or MTA_WEBHOOK_URL, the halves reach each other only through
- * their peer options.
+ * their peer options; the configuration they were built from is frozen.
  */
 import { generateKeyPairSync } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -85,6 +85,17 @@ it('a 5xx user unknown at the sink puts the address into suppression (hard_bounc
     await new Promise((r) => setTimeout(r, 100));
   }
   expect(check).toMatchObject({ suppressed: true, reason: 'hard_bounce' });
+});
+
+it('the prepared configuration is frozen; the peers\' URLs are options, not written into it', () => {
+  expect(app.services.config).toBe(app.config);
+  expect(() => {
+    (app.config as { MTA_URL?: string }).MTA_URL = 'http://elsewhere.test';
+  }).toThrow(TypeError);
+  expect(() => (app.config.MTA_WARMED_IPS as string[]).push('192.0.2.1')).toThrow(TypeError);
+  expect(app.config.MTA_URL).toBeUndefined();
+  expect(app.config.MTA_WEBHOOK_URL).toBeUndefined();
+  expect(app.config.MTA_WEBHOOK_SECRET).toMatch(/\w{16,}/); // generated on first boot, before freezing
 });
 
 it('a transactional send reaches the MTA\'s /send through the backend\'s peer option; its `sent` event comes back through the MTA\'s', async () => {
