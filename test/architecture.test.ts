@@ -2,7 +2,7 @@
  * The layout's rules, checked: dependencies point runtime → backend | mta → shared; the
  * backend and the MTA never import each other (they talk over HTTP); no runtime import cycles;
  * each database function has one source, its file in db/functions;
- * one address grammar.
+ * one address grammar; configuration read as values, never written after it is prepared.
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -146,5 +146,15 @@ describe('architecture', () => {
   it('one module writes email_sends transitions (src/backend/sends/)', () => {
     const offenders = files.filter((f) => /UPDATE email_sends/.test(readFileSync(f, 'utf8')) && !relative(SRC, f).startsWith('backend/sends/'));
     expect(offenders.map((f) => relative(ROOT, f))).toEqual([]);
+  });
+
+  it('configuration is read as values: no `() => …config.` lambda, no write to it outside src/shared/config.ts', () => {
+    // It is frozen once prepared; what is known only later (the peers' URLs) is an option.
+    const lambda = /\(\)\s*=>[^;\n]*?\bconfig\s*[.[]/;
+    const write = /\bconfig\)?(?:\.\w+|\[[^\]\n]+\])\s*(?:\?\?|\|\||&&|[-+*/%])?=(?!=)|Object\.(?:assign|defineProperty)\(\s*[\w.]*\bconfig\b|\bdelete\s+[\w.]*\bconfig\s*[.[]/;
+    const offenders = (re: RegExp) =>
+      files.flatMap((f) => readFileSync(f, 'utf8').split('\n').flatMap((line, i) => (re.test(line) ? [`${relative(ROOT, f)}:${i + 1}: ${line.trim()}`] : [])));
+    expect(offenders(lambda)).toEqual([]);
+    expect(offenders(write).filter((o) => !o.startsWith('src/shared/config.ts:'))).toEqual([]);
   });
 });

@@ -7,6 +7,16 @@ import { registerFeedback } from './feedback/index.js';
 import { registerPublic } from './public/index.js';
 import { registerCampaigns } from './campaigns/index.js';
 import { registerApi, registerOpenApi } from './api/index.js';
+import type { ProviderSettings } from './api/sending/provider.js';
+
+/**
+ * The backend's peer, given when it is built: it is read while answering requests (a send
+ * through EMAIL_PROVIDER=mta), which start as soon as the backend listens.
+ */
+export interface BackendPeers {
+  /** Where the `mta` sending provider posts (`{mtaUrl}/send`); unset: such sends are refused. */
+  mtaUrl: string | undefined;
+}
 
 export interface BackendRole {
   app: HttpApp;
@@ -15,17 +25,24 @@ export interface BackendRole {
 }
 
 /** The backend: /api/v1, admin API, public endpoints, webhooks. Each area is one plugin. */
-export async function createBackend(s: Services): Promise<BackendRole> {
+export async function createBackend(s: Services, peers: BackendPeers): Promise<BackendRole> {
   const app = createHttpApp({ log: s.log.child({ role: 'backend' }), trustProxy: s.config.TRUST_PROXY });
   await registerOpenApi(app); // first: documents every route registered after it
   healthRoutes(app, s);
   const events = new EventBus({ clock: s.clock, log: s.log });
   app.decorate('events', events);
+  const sending: ProviderSettings = {
+    EMAIL_PROVIDER: s.config.EMAIL_PROVIDER,
+    MTA_API_KEY: s.config.MTA_API_KEY,
+    ORGANIZATION_ID: s.config.ORGANIZATION_ID,
+    SMTP_RELAY_URL: s.config.SMTP_RELAY_URL,
+    mtaUrl: peers.mtaUrl,
+  };
   const webhooks = registerWebhooks(app, s, events);
   registerFeedback(app, s, events);
-  const publicArea = await registerPublic(app, s, events);
-  const campaigns = await registerCampaigns(app, s, publicArea, events);
-  const api = await registerApi(app, s, events);
+  const publicArea = await registerPublic(app, s, sending, events);
+  const campaigns = await registerCampaigns(app, s, publicArea, sending, events);
+  const api = await registerApi(app, s, sending, events);
   await app.ready();
   return {
     app,

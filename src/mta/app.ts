@@ -51,9 +51,16 @@ import { PoolRuleStore } from './stores/pool-rules.js';
 import { SuppressionStore } from './stores/suppression.js';
 import { createDeliveryEngine, deliveryEnabled } from './delivery/index.js';
 
+/** The MTA's peer, given at start: in role all the backend's port is known only once it listens. */
+export interface MtaPeers {
+  /** Where events are posted (the backend's /webhooks/mta); unset: no events are written. */
+  webhookUrl: string | undefined;
+}
+
 export interface MtaRole {
   app: HttpApp;
-  start(): Promise<void>;
+  /** Starts the workers; only they produce events, so the backend's URL is needed from here on. */
+  start(peers: MtaPeers): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -137,7 +144,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     dlqSize: async () => (await stores.outbox.stats()).total,
     emergency: () => ipStatus.allBlocked(),
   });
-  const relay = new OutboxRelay(stores.outbox, { target: () => ({ url: s.config.MTA_WEBHOOK_URL, secret: s.config.MTA_WEBHOOK_SECRET }), policy: policy.events }, s.clock, log, metrics);
+  const relay = new OutboxRelay(stores.outbox, { secret: s.config.MTA_WEBHOOK_SECRET, policy: policy.events }, s.clock, log, metrics);
 
   const breaker = new OrgBreaker(s.coord, s.clock, policy, instanceId, {
     onTrip(orgId, st) {
@@ -181,7 +188,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     services: s,
     policy,
     pools,
-    auth: new MtaAuth(() => s.config.MTA_API_KEY, stores.credentials),
+    auth: new MtaAuth(s.config.MTA_API_KEY, stores.credentials),
     queue,
     relay,
     metrics,
@@ -288,8 +295,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     pipeline,
     effects,
     handler,
-    async start() {
-      relay.start();
+    async start(peers) {
+      relay.start(peers.webhookUrl);
       if (handler) {
         worker = new Worker<MtaJobPayload>({
           queue,

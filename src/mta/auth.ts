@@ -20,7 +20,7 @@ const MISSING = 'Missing or invalid Authorization header. Use: Authorization: Be
  */
 export class MtaAuth {
   constructor(
-    private readonly masterKey: () => string | undefined,
+    private readonly masterKey: string | undefined,
     private readonly credentials: CredentialStore,
   ) {}
 
@@ -29,8 +29,7 @@ export class MtaAuth {
     const m = typeof header === 'string' ? /^Bearer[ ]+(\S+)\s*$/i.exec(header) : null;
     if (!m) throw unauthenticated(MISSING, 'missing_credentials');
     const key = m[1]!;
-    const master = this.masterKey();
-    if (master && safeEqual(key, master)) return { kind: 'master' };
+    if (this.masterKey && safeEqual(key, this.masterKey)) return { kind: 'master' };
     if (CredentialStore.looksLikeOrgKey(key)) {
       const hit = await this.credentials.verify(key);
       if (hit) return { kind: 'org', organizationId: hit.organizationId, credentialId: hit.id };

@@ -35,23 +35,24 @@ export interface Running {
 
 /**
  * Resolves configuration and secrets, then the store: an external PostgreSQL from
- * DATABASE_URL, or the embedded one in DATA_DIR. Fills the defaults that only make sense
- * when roles share a process (the backend finds the MTA on loopback and vice versa).
+ * DATABASE_URL, or the embedded one in DATA_DIR. The configuration returned is final (frozen):
+ * the first-boot secrets and BASE_URL's default are in it; the peers' URLs of role all are
+ * options of the roles instead.
  */
 async function prepareConfig(opts: StartOptions) {
   const env = { ...(opts.env ?? process.env) };
-  const config = loadConfig(env);
-  const dataDir = resolve(config.DATA_DIR);
-  const embedded = !config.DATABASE_URL;
-  const production = config.NODE_ENV === 'production';
+  const given = loadConfig(env);
+  const dataDir = resolve(given.DATA_DIR);
+  const embedded = !given.DATABASE_URL;
+  const production = given.NODE_ENV === 'production';
 
   if (production) {
     const problems: string[] = [];
-    if (!config.BOUNCE_VERP_KEY) problems.push('BOUNCE_VERP_KEY is required in production');
-    else if (isPlaceholderSecret(config.BOUNCE_VERP_KEY)) problems.push('BOUNCE_VERP_KEY is a placeholder value; set a random key of at least 16 characters');
+    if (!given.BOUNCE_VERP_KEY) problems.push('BOUNCE_VERP_KEY is required in production');
+    else if (isPlaceholderSecret(given.BOUNCE_VERP_KEY)) problems.push('BOUNCE_VERP_KEY is a placeholder value; set a random key of at least 16 characters');
     if (!embedded) {
       for (const name of ['ADMIN_TOKEN', 'MTA_API_KEY', 'MTA_WEBHOOK_SECRET'] as const) {
-        if (!config[name]) problems.push(`${name} is required in production with an external DATABASE_URL (every instance must share it)`);
+        if (!given[name]) problems.push(`${name} is required in production with an external DATABASE_URL (every instance must share it)`);
       }
     }
     if (problems.length) throw new ConfigError(problems);
@@ -59,9 +60,8 @@ async function prepareConfig(opts: StartOptions) {
 
   mkdirSync(dataDir, { recursive: true });
   const secrets = loadOrCreateSecrets(dataDir, env, { embeddedStore: embedded });
-  Object.assign(config, secrets.values);
-
-  config.BASE_URL ??= `http://localhost:${config.PORT}`;
+  // Loaded again with what preparation adds, so the one configuration is never written to.
+  const config = loadConfig({ ...env, ...secrets.values, BASE_URL: given.BASE_URL ?? `http://localhost:${given.PORT}` });
   // Only the default DATA_DIR may have its cluster placed elsewhere; an operator's choice stays put.
   const relocate = !env.DATA_DIR;
   return { config, dataDir, embedded, relocate, generated: secrets.generated, postgresPassword: secrets.postgresPassword };
@@ -107,36 +107,37 @@ export async function startLettermill(opts: StartOptions = {}): Promise<Running>
     const services: Services = { config, log, db, coord, clock };
     const running: Running = { config, services, stop: cleanup };
 
-    if (role === 'backend' || role === 'all') {
-      const backend = await createBackend(services);
-      cleanups.push(async () => {
-        await backend.app.close(); // stop accepting, finish in-flight requests
-        await backend.stop();
-      });
-      await backend.app.listen({ host: config.HOST, port: config.PORT });
-      await backend.start();
-      running.backend = backend;
-      running.backendUrl = `http://${displayHost(config.HOST)}:${boundPort(backend.app)}`;
-    }
+    // Each role gets its peer as an option: the configured URL, else in role all the other
+    // half on loopback at the port it really bound (PORT or MTA_PORT may be 0). The MTA is
+    // built and listening first, as the backend needs its URL when built; the MTA needs the
+    // backend's only from its start, when its workers begin.
+    const loopback = (app: Parameters<typeof boundPort>[0]) => `http://${config.HOST === '0.0.0.0' || config.HOST === '::' ? '127.0.0.1' : config.HOST}:${boundPort(app)}`;
+    let backend: BackendRole | undefined;
+    let mta: MtaRole | undefined;
+    // Shutdown runs the MTA's step first: the events of its last deliveries reach a backend still listening.
+    cleanups.push(async () => {
+      await backend?.app.close(); // stop accepting, finish in-flight requests
+      await backend?.stop();
+    });
+    cleanups.push(async () => {
+      await mta?.app.close();
+      await mta?.stop(); // drains in-flight deliveries
+    });
     if (role === 'mta' || role === 'all') {
-      const mta = await createMta(services);
-      cleanups.push(async () => {
-        await mta.app.close();
-        await mta.stop(); // drains in-flight deliveries
-      });
+      mta = await createMta(services);
       await mta.app.listen({ host: config.HOST, port: config.MTA_PORT });
-      await mta.start();
       running.mta = mta;
       running.mtaUrl = `http://${displayHost(config.HOST)}:${boundPort(mta.app)}`;
     }
-
-    if (role === 'all') {
-      // One process: each half reaches the other on loopback at the port it really bound.
-      const local = (app: { server: unknown } & Parameters<typeof boundPort>[0]) =>
-        `http://${config.HOST === '0.0.0.0' || config.HOST === '::' ? '127.0.0.1' : config.HOST}:${boundPort(app)}`;
-      config.MTA_URL ??= local(running.mta!.app);
-      config.MTA_WEBHOOK_URL ??= `${local(running.backend!.app)}/webhooks/mta`;
+    if (role === 'backend' || role === 'all') {
+      backend = await createBackend(services, { mtaUrl: config.MTA_URL ?? (mta && loopback(mta.app)) });
+      await backend.app.listen({ host: config.HOST, port: config.PORT });
+      running.backend = backend;
+      running.backendUrl = `http://${displayHost(config.HOST)}:${boundPort(backend.app)}`;
     }
+    await backend?.start();
+    await mta?.start({ webhookUrl: config.MTA_WEBHOOK_URL ?? (backend && `${loopback(backend.app)}/webhooks/mta`) });
+
     if (generated.length) {
       announce('Generated on first boot and kept in ' + `${dataDir}/secrets.json (shown once):`);
       for (const name of generated) announce(`  ${name}=${config[name]}`);

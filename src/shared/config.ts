@@ -2,6 +2,8 @@
  * Configuration: one table of every environment variable, its parser and default.
  * A bad value names the variable and what it expects; loadConfig throws ConfigError and
  * the CLI exits non-zero. Later capabilities add their variables to SPEC below.
+ * A loaded configuration is deep-frozen: what differs per process (first-boot secrets, the
+ * peers' URLs of role all) is passed in before or beside it, never written into it.
  */
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
@@ -153,8 +155,10 @@ type SpecOf = typeof SPEC;
 type ValueOf<S> = S extends VarSpec<infer T> ? T : never;
 type HasDefault<S> = S extends { default: any } ? true : false;
 
+type Frozen<T> = T extends readonly (infer E)[] ? readonly E[] : T;
+
 export type Config = {
-  -readonly [K in keyof SpecOf]: HasDefault<SpecOf[K]> extends true ? ValueOf<SpecOf[K]> : ValueOf<SpecOf[K]> | undefined;
+  readonly [K in keyof SpecOf]: Frozen<HasDefault<SpecOf[K]> extends true ? ValueOf<SpecOf[K]> : ValueOf<SpecOf[K]> | undefined>;
 };
 
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
@@ -173,7 +177,15 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     }
   }
   if (problems.length) throw new ConfigError(problems);
-  return out as Config;
+  return deepFreeze(out) as Config;
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    for (const v of Object.values(value)) deepFreeze(v);
+    Object.freeze(value);
+  }
+  return value;
 }
 
 /** Names of variables whose values must never be printed. */

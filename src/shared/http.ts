@@ -29,13 +29,13 @@ const PARAM_AJV = makeAjv({ coerceTypes: 'array' });
  * A Fastify instance with the house rules: TypeBox schemas that reject unknown fields
  * (no silent stripping), the error envelope on every failure, no stack traces on the wire.
  */
-export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProxy?: boolean | number | string | string[] }): HttpApp {
+export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProxy?: boolean | number | string | readonly string[] }): HttpApp {
   const app = Fastify({
     loggerInstance: opts.log,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: opts.bodyLimit ?? 1024 * 1024,
     // A hop count is "trust the nearest N proxies" (the typings omit the number form).
-    trustProxy: typeof opts.trustProxy === 'number' ? hopCount(opts.trustProxy) : (opts.trustProxy ?? false),
+    trustProxy: typeof opts.trustProxy === 'number' ? hopCount(opts.trustProxy) : typeof opts.trustProxy === 'object' ? [...opts.trustProxy] : (opts.trustProxy ?? false),
     return503OnClosing: true,
   }).withTypeProvider<TypeBoxTypeProvider>();
 

@@ -266,7 +266,7 @@ describe('metrics', () => {
 
 describe('the worker', () => {
   it('runs queued jobs through pipeline and delivery once started', async () => {
-    await t.mta.start();
+    await t.start();
     const body = emailJob({ to: 'worker@run.example' });
     const r = await t.call('POST', '/send', body);
     await eventually(async () => (await t.mta.context.queue.get(r.body.data.jobId))?.state === 'completed');

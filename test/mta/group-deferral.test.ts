@@ -149,7 +149,7 @@ describe('the worker against a backlog', () => {
     const t0 = t.clock.now();
     const calls = t.deliverer.calls.length;
 
-    await t.mta.start();
+    await t.start();
     // The per-job deferrals cycle through every job of their group...
     await eventually(async () => (await jobs(ids.capped)).every((j) => j.history.length === 1), 20_000);
     await eventually(async () => {

@@ -1,7 +1,9 @@
 /**
  * Builds a real MTA (createMta) against a fresh database, memory coordination and a
  * ManualClock, listening on loopback. The delivery engine is the outside world here: tests
- * pass a ScriptedDeliverer that records what it was handed and answers as told.
+ * pass a ScriptedDeliverer that records what it was handed and answers as told. Its peer is
+ * MTA_WEBHOOK_URL of `env`, as in role mta: given to the relay at once (tests drive the queue
+ * themselves and still see the events), or to the whole MTA by `start`.
  */
 import { ManualClock } from '../../src/shared/clock.js';
 import { loadConfig } from '../../src/shared/config.js';
@@ -49,6 +51,8 @@ export interface TestMta {
   db: TestDatabase;
   services: Services;
   deliverer: ScriptedDeliverer;
+  /** Starts the workers, with MTA_WEBHOOK_URL as the peer. */
+  start(): Promise<void>;
   /** fetch against the MTA with the master key (or `key`). */
   call(method: string, path: string, body?: unknown, key?: string | null): Promise<{ status: number; body: any; headers: Headers }>;
   close(): Promise<void>;
@@ -63,7 +67,9 @@ export async function startMta(opts: { env?: Record<string, string>; options?: M
   const deliverer = (opts.options?.deliverer as ScriptedDeliverer | undefined) ?? new ScriptedDeliverer();
   const mta = await createMta(services, { random: () => 0.5, ...opts.options, deliverer });
   await mta.app.listen({ host: '127.0.0.1', port: 0 });
-  if (opts.start) await mta.start();
+  const start = () => mta.start({ webhookUrl: config.MTA_WEBHOOK_URL });
+  if (opts.start) await start();
+  else if (config.MTA_WEBHOOK_URL) mta.context.relay.start(config.MTA_WEBHOOK_URL);
   const url = `http://127.0.0.1:${boundPort(mta.app)}`;
   return {
     mta,
@@ -73,6 +79,7 @@ export async function startMta(opts: { env?: Record<string, string>; options?: M
     db,
     services,
     deliverer,
+    start,
     async call(method, path, body, key = MASTER) {
       const headers: Record<string, string> = {};
       if (key !== null) headers.authorization = `Bearer ${key}`;

@@ -140,6 +140,7 @@ describe('posting', () => {
   it('writes and sends nothing when MTA_WEBHOOK_URL is unset', async () => {
     const quiet = await startMta({ db: t.db });
     try {
+      quiet.mta.context.relay.start(undefined); // as the MTA's start does with no peer URL
       await quiet.mta.context.relay.emit(MTA_EVENT.orgCircuitBreaker, breaker('n-3'));
       await quiet.mta.context.relay.settle();
       expect(backend.requests).toHaveLength(0);

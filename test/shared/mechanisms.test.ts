@@ -39,6 +39,17 @@ describe('configuration', () => {
     expect(problems).toContain('WORKER_CONCURRENCY must be a positive whole number');
     expect((err as ConfigError).problems).toHaveLength(4);
   });
+
+  it('is frozen, its lists too: a write throws', () => {
+    const c = loadConfig({ DNS_SERVERS: '127.0.0.1:53' });
+    expect(() => {
+      (c as { PORT: number }).PORT = 1;
+    }).toThrow(TypeError);
+    expect(() => (c.DNS_SERVERS as string[]).push('127.0.0.2')).toThrow(TypeError);
+    // A default list is shared by every load: frozen, one load cannot change the next one's.
+    expect(() => (c.WEBHOOK_ALLOW_HOSTS as string[]).push('evil.test')).toThrow(TypeError);
+    expect(loadConfig({}).WEBHOOK_ALLOW_HOSTS).toEqual([]);
+  });
 });
 
 describe('error envelope over HTTP', () => {

@@ -10,9 +10,8 @@ export type AdminGuard = (req: FastifyRequest, reply: FastifyReply) => Promise<v
 
 export const ADMIN_AUTH_MESSAGE = 'Missing or invalid Authorization header. Use: Authorization: Bearer <ADMIN_TOKEN>';
 
-export function adminGuard(getToken: () => string | undefined): AdminGuard {
+export function adminGuard(token: string | undefined): AdminGuard {
   return async (req) => {
-    const token = getToken();
     if (!token) throw unavailable('The admin API is disabled: ADMIN_TOKEN is not set', 'admin_disabled');
     const m = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(req.headers.authorization ?? '');
     if (!m || !safeEqual(m[1], token)) throw unauthenticated(ADMIN_AUTH_MESSAGE);

@@ -14,6 +14,7 @@ import { adminKeyRoutes } from './routes-admin-keys.js';
 import { contactRoutes } from './routes-contacts.js';
 import { eventRoutes } from './routes-events.js';
 import { transactionalRoutes } from './routes-transactional.js';
+import type { ProviderSettings } from './sending/provider.js';
 import { SendService } from './sending/send.js';
 import { adminTopicRoutes, topicMemberRoutes } from './topics.js';
 
@@ -37,8 +38,8 @@ export interface ApiArea {
   stop(): Promise<void>;
 }
 
-export async function registerApi(app: HttpApp, s: Services, events?: EventBus): Promise<ApiArea> {
-  const sender = new SendService({ db: s.db, clock: s.clock, log: s.log, config: s.config, events });
+export async function registerApi(app: HttpApp, s: Services, sending: ProviderSettings, events?: EventBus): Promise<ApiArea> {
+  const sender = new SendService({ db: s.db, clock: s.clock, log: s.log, sending, events });
   const d: ApiDeps = {
     db: s.db,
     clock: s.clock,
@@ -63,7 +64,7 @@ export async function registerApi(app: HttpApp, s: Services, events?: EventBus):
     eventRoutes(api, d);
     transactionalRoutes(api, d);
   });
-  const guard = adminGuard(() => s.config.ADMIN_TOKEN);
+  const guard = adminGuard(s.config.ADMIN_TOKEN);
   await app.register(async (admin) => {
     jsonOnly(admin);
     adminKeyRoutes(admin, d, guard);

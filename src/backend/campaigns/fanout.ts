@@ -54,7 +54,7 @@ export interface FanoutDeps {
   signer: Signer;
   links: LinkSigner;
   transports: TransportResolver;
-  baseUrl: () => string;
+  baseUrl: string;
   organizationName: string;
   /** Where `email.sent` goes (the backend's bus). */
   events?: Pick<EventBus, 'emitIn'>;
@@ -227,7 +227,7 @@ export class Fanout {
     if (!ctx) {
       const compiled = compileCampaign(row.html, row.text_body, { topic: row.topic_name, organization: this.d.organizationName });
       const from = parseMailbox(row.from_mailbox)!;
-      const host = new URL(this.d.baseUrl()).hostname;
+      const host = new URL(this.d.baseUrl).hostname;
       ctx = {
         row,
         compiled,
@@ -285,7 +285,7 @@ export class Fanout {
   private message(ctx: CampaignContext, r: Recipient, transport: CampaignTransport): CampaignMessage {
     const c = ctx.row;
     const now = this.d.clock.now();
-    const base = this.d.baseUrl();
+    const base = this.d.baseUrl;
     const unsubscribeUrl = `${base}/unsub/${unsubscribeToken(this.d.signer, { c: r.contactId, t: c.topic_id, s: r.id }, now)}`;
     const body = renderForRecipient(
       ctx.compiled,

@@ -2,6 +2,7 @@
 import type { HttpApp } from '../../shared/http.js';
 import type { Services } from '../../shared/services.js';
 import { adminGuard } from '../api/admin-auth.js';
+import type { ProviderSettings } from '../api/sending/provider.js';
 import type { EventBus } from '../events.js';
 import type { PublicArea } from '../public/index.js';
 import { Fanout } from './fanout.js';
@@ -15,13 +16,19 @@ export interface CampaignsArea {
   stop(): Promise<void>;
 }
 
-export async function registerCampaigns(app: HttpApp, s: Services, pub: Pick<PublicArea, 'signer' | 'links'>, events?: EventBus): Promise<CampaignsArea> {
-  const guard = adminGuard(() => s.config.ADMIN_TOKEN);
+export async function registerCampaigns(
+  app: HttpApp,
+  s: Services,
+  pub: Pick<PublicArea, 'signer' | 'links'>,
+  sending: ProviderSettings,
+  events?: EventBus,
+): Promise<CampaignsArea> {
+  const guard = adminGuard(s.config.ADMIN_TOKEN);
   if (s.config.NODE_ENV === 'production' && !/^https:/i.test(s.config.BASE_URL ?? '')) {
     s.log.warn({ baseUrl: s.config.BASE_URL }, 'BASE_URL is not https: List-Unsubscribe one-click (RFC 8058) needs an https URL; Gmail and Yahoo ignore http ones');
   }
-  const baseUrl = () => s.config.BASE_URL!.replace(/\/+$/, '');
-  const transports = new TransportResolver(s.config);
+  const baseUrl = s.config.BASE_URL!.replace(/\/+$/, '');
+  const transports = new TransportResolver(sending);
   const fanout = new Fanout({
     db: s.db,
     clock: s.clock,

@@ -57,7 +57,7 @@ export interface CampaignRouteDeps {
   guard: AdminGuard;
   fanout: Fanout;
   transports: TransportResolver;
-  baseUrl: () => string;
+  baseUrl: string;
   organizationName: string;
 }
 
@@ -82,7 +82,7 @@ export function campaignRoutes(app: HttpApp, d: CampaignRouteDeps): void {
       topicId: r.topic_id,
       status: r.status,
       archiveToken: r.archive_token,
-      archiveUrl: r.archive_token ? `${d.baseUrl()}/archive/${r.archive_token}` : null,
+      archiveUrl: r.archive_token ? `${d.baseUrl}/archive/${r.archive_token}` : null,
       recipients: r.recipients,
       progress: { handedOver: total - (by.sending ?? 0) - (by.failed ?? 0), inFlight: by.sending ?? 0, failed: by.failed ?? 0, byStatus: by },
       error: r.error,

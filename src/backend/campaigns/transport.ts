@@ -12,8 +12,7 @@
  */
 import { Agent, request as httpRequest } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
-import type { Config } from '../../shared/config.js';
-import { closeProviders, ProviderError, resolveProvider, type EmailProvider } from '../api/sending/provider.js';
+import { closeProvider, ProviderError, resolveProvider, type EmailProvider, type ProviderSettings } from '../api/sending/provider.js';
 import { FANOUT } from './policy.js';
 
 export interface CampaignMessage {
@@ -137,34 +136,27 @@ class ProviderTransport implements CampaignTransport {
 }
 
 /**
- * The transport for the current configuration (read each time: MTA_URL is filled in after
- * start in `--role all`). Throws the REST API's 503 when no provider is configured.
+ * The transport of the backend's sending settings, made on first use. Throws the REST API's
+ * 503 when no provider is configured.
  */
 export class TransportResolver {
-  private mta: { key: string; t: MtaBulkTransport } | null = null;
-  private readonly providers = new Map<string, EmailProvider>();
+  private mta: MtaBulkTransport | undefined;
+  private provider: EmailProvider | undefined;
 
-  constructor(private readonly config: Config) {}
+  constructor(private readonly sending: ProviderSettings) {}
 
   resolve(): CampaignTransport {
-    const c = this.config;
-    if (c.EMAIL_PROVIDER === 'mta' && c.MTA_URL && c.MTA_API_KEY) {
-      const key = `${c.MTA_URL}|${c.MTA_API_KEY}|${c.ORGANIZATION_ID}`;
-      if (this.mta?.key !== key) {
-        this.mta?.t.close();
-        this.mta = {
-          key,
-          t: new MtaBulkTransport({ url: c.MTA_URL, apiKey: c.MTA_API_KEY, organizationId: c.ORGANIZATION_ID, timeoutMs: FANOUT.providerTimeoutMs, sockets: FANOUT.concurrency }),
-        };
-      }
-      return this.mta.t;
+    const c = this.sending;
+    if (c.EMAIL_PROVIDER === 'mta' && c.mtaUrl && c.MTA_API_KEY) {
+      return (this.mta ??= new MtaBulkTransport({ url: c.mtaUrl, apiKey: c.MTA_API_KEY, organizationId: c.ORGANIZATION_ID, timeoutMs: FANOUT.providerTimeoutMs, sockets: FANOUT.concurrency }));
     }
-    return new ProviderTransport(resolveProvider(c, this.providers, { timeoutMs: FANOUT.providerTimeoutMs }));
+    return new ProviderTransport((this.provider ??= resolveProvider(c, { timeoutMs: FANOUT.providerTimeoutMs })));
   }
 
   async close(): Promise<void> {
-    this.mta?.t.close();
-    this.mta = null;
-    await closeProviders(this.providers);
+    this.mta?.close();
+    this.mta = undefined;
+    await closeProvider(this.provider);
+    this.provider = undefined;
   }
 }

@@ -86,18 +86,20 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
   if (config.NODE_ENV === 'production' && !checkCertExpiry) throw new Error('snsCheckCertExpiry cannot be turned off in production');
 
   // Fail closed, before the body is read: an unset secret means nothing is verified.
-  const requireSecret = (name: keyof Config, valid: () => boolean = () => true) =>
-    async (_req: FastifyRequest, _reply: FastifyReply) => {
-      if (!config[name] || !valid()) throw notConfigured(name);
+  const requireSecret = (name: keyof Config, valid = true) => {
+    const usable = Boolean(config[name]) && valid;
+    return async (_req: FastifyRequest, _reply: FastifyReply) => {
+      if (!usable) throw notConfigured(name);
     };
-  const resendKeyValid = () => {
+  };
+  const resendKeyValid = (() => {
     try {
       svixKey(config.RESEND_WEBHOOK_SECRET!);
       return true;
     } catch {
       return false;
     }
-  };
+  })();
 
   const apply = async (t: Translation, reply: FastifyReply, run = (events: FeedbackEvent[]) => applyFeedback(deps, events)) => {
     if (t.ignored !== undefined) return reply.code(200).send(IGNORED);
@@ -165,7 +167,7 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
       return apply(translateMandrill(events, now), reply);
     });
 
-    scope.post('/webhooks/ses', { bodyLimit: BODY_LIMITS.ses, onRequest: requireSecret('SES_SNS_TOPIC_ARNS', () => config.SES_SNS_TOPIC_ARNS!.length > 0) }, async (req, reply) => {
+    scope.post('/webhooks/ses', { bodyLimit: BODY_LIMITS.ses, onRequest: requireSecret('SES_SNS_TOPIC_ARNS', (config.SES_SNS_TOPIC_ARNS?.length ?? 0) > 0) }, async (req, reply) => {
       const body = raw(req);
       const now = clock.now();
       const msg = parseSnsMessage(body);

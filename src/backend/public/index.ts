@@ -10,6 +10,7 @@ import type { Services } from '../../shared/services.js';
 import { loadSigner, type Signer } from '../../shared/signing.js';
 import type { EventBus } from '../events.js';
 import { adminGuard } from '../api/admin-auth.js';
+import type { ProviderSettings } from '../api/sending/provider.js';
 import { SendService } from '../api/sending/send.js';
 import { pageRoutes } from '../pages/routes.js';
 import { archiveRoutes } from './archive.js';
@@ -34,7 +35,7 @@ export interface PublicArea {
   stop(): Promise<void>;
 }
 
-export async function registerPublic(app: HttpApp, s: Services, events: EventBus | undefined): Promise<PublicArea> {
+export async function registerPublic(app: HttpApp, s: Services, sending: ProviderSettings, events: EventBus | undefined): Promise<PublicArea> {
   const limiter = new PublicRateLimiter(s.coord, parseRateLimitOverrides(s.config.PUBLIC_RATE_LIMITS));
   const signer = await loadSigner(s.db);
   const links = new LinkSigner(signer);
@@ -54,12 +55,12 @@ export async function registerPublic(app: HttpApp, s: Services, events: EventBus
   pageRoutes(app, { limitIp: (req) => limiter.take('publicIp', req) });
   const org = s.config.ORGANIZATION_NAME;
   preferencesRoutes(app, { db: s.db, clock: s.clock, signer, limiter, events, organizationName: org });
-  formAdminRoutes(app, { db: s.db, clock: s.clock, guard: adminGuard(() => s.config.ADMIN_TOKEN) });
+  formAdminRoutes(app, { db: s.db, clock: s.clock, guard: adminGuard(s.config.ADMIN_TOKEN) });
 
   // Form bodies (urlencoded, multipart) are parsed only in this scope: the form endpoint,
   // one-click unsubscribe (the RFC 8058 POST is a form body) and the DOI confirmation (its
   // page posts a plain form when JavaScript is off).
-  const sender = new SendService({ db: s.db, clock: s.clock, log: s.log.child({ area: 'forms' }), config: s.config, events });
+  const sender = new SendService({ db: s.db, clock: s.clock, log: s.log.child({ area: 'forms' }), sending, events });
   await app.register(async (scope) => {
     await scope.register(formbody, { bodyLimit: FORM_LIMITS.maxBodyBytes });
     await scope.register(multipart, {
@@ -74,7 +75,7 @@ export async function registerPublic(app: HttpApp, s: Services, events: EventBus
     });
     formRoutes(scope, { db: s.db, clock: s.clock, log: s.log, config: s.config, signer, limiter, sender, events });
     doiRoutes(scope, { db: s.db, clock: s.clock, signer, limiter, events, organizationName: org });
-    unsubscribeRoutes(scope, { db: s.db, clock: s.clock, signer, limiter, events, organizationName: org, baseUrl: () => s.config.BASE_URL! });
+    unsubscribeRoutes(scope, { db: s.db, clock: s.clock, signer, limiter, events, organizationName: org, baseUrl: s.config.BASE_URL! });
   });
 
   return {

@@ -28,7 +28,7 @@ export interface UnsubscribeDeps {
   limiter: PublicRateLimiter;
   events?: EventBus;
   organizationName: string;
-  baseUrl: () => string;
+  baseUrl: string;
 }
 
 const tokenOf = (req: FastifyRequest): string => (req.params as { '*': string })['*'];
@@ -60,7 +60,7 @@ export function unsubscribeRoutes(app: HttpApp, d: UnsubscribeDeps): void {
         organizationName: d.organizationName,
         topic: topic ? { id: topic.id, name: topic.name } : null,
         unsubscribed: relevant.every((t) => !t.subscribed),
-        preferencesUrl: `${d.baseUrl()}/prefs/${preferencesToken(d.signer, data.c, d.clock.now())}`,
+        preferencesUrl: `${d.baseUrl}/prefs/${preferencesToken(d.signer, data.c, d.clock.now())}`,
       },
     };
   });

@@ -10,6 +10,6 @@ export { WebhookService } from './service.js';
 export function registerWebhooks(app: HttpApp, s: Services, events: EventBus, opts: WebhookServiceOptions = {}): WebhookService {
   const service = new WebhookService(s, opts);
   events.subscribe(service.accept, service.acceptIn);
-  webhookAdminRoutes(app, service, () => s.config.ADMIN_TOKEN);
+  webhookAdminRoutes(app, service, s.config.ADMIN_TOKEN);
   return service;
 }

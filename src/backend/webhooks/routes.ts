@@ -10,9 +10,9 @@ const Url = Type.String({ minLength: 1, maxLength: MAX_URL_LENGTH });
 // Names are checked in the service so the error can list the supported ones.
 const Events = Type.Array(Type.String({ maxLength: 64 }), { minItems: 1, maxItems: 32 });
 
-export function webhookAdminRoutes(app: HttpApp, service: WebhookService, getToken: () => string | undefined): void {
+export function webhookAdminRoutes(app: HttpApp, service: WebhookService, adminToken: string | undefined): void {
   app.register(async (scope: HttpApp) => {
-    scope.addHook('onRequest', adminGuard(getToken));
+    scope.addHook('onRequest', adminGuard(adminToken));
 
     scope.post(
       '/admin/webhooks',

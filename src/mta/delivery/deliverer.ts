@@ -41,7 +41,7 @@ export interface DelivererOptions {
   verpKey: string;
   bounceHost: string;
   /** DNS_SERVERS. */
-  dnsServers?: string[];
+  dnsServers?: readonly string[];
   /** MTA_DELIVERY_PORT (default 25). */
   port?: number;
   /** SMTP_POOL_GLOBAL_MAX_PER_HOST (default 10). */

@@ -62,7 +62,7 @@ export function orderMx(records: { exchange: string; priority: number }[], rando
 
 export interface MxResolverOptions {
   /** DNS_SERVERS entries (`host[:port]`); empty or absent: the system's. */
-  servers?: string[];
+  servers?: readonly string[];
   clock: Clock;
   random?: () => number;
 }

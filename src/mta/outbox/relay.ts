@@ -1,5 +1,6 @@
 /**
- * The relay: posts outbox rows to MTA_WEBHOOK_URL and marks them done (deleted) on a 2xx.
+ * The relay: posts outbox rows to the backend (the URL its start is given: MTA_WEBHOOK_URL, or
+ * the backend's loopback URL in role all) and marks them done (deleted) on a 2xx.
  *
  * Rows this instance wrote are posted at once from memory (leased to it for `leaseMs` at
  * insert); everything else that is due — retries by the schedule, rows a crashed instance
@@ -24,8 +25,8 @@ import type { MtaPolicy } from '../policy.js';
 import { outboxEvent, type OutboxEvent, type OutboxStore } from './store.js';
 
 export interface RelayOptions {
-  /** Where and with which secret to post; either unset: events are not written at all (logged once). */
-  target: () => { url: string | undefined; secret: string | undefined };
+  /** Signs every post (MTA_WEBHOOK_SECRET); unset: events are not written at all (logged at start). */
+  secret: string | undefined;
   policy: MtaPolicy['events'];
 }
 
@@ -35,7 +36,9 @@ export class OutboxRelay implements MtaEvents {
   private readonly writes: Batcher<OutboxEvent, boolean>;
   private timer: NodeJS.Timeout | undefined;
   private polling: Promise<void> | null = null;
-  private warnedUnconfigured = false;
+  /** Where posts go, from start on (the MTA's peer option: role all learns it once the backend listens). */
+  private target: { url: string; secret: string } | null = null;
+  private started = false;
   private stopped = false;
 
   constructor(
@@ -56,15 +59,12 @@ export class OutboxRelay implements MtaEvents {
     }, o.policy.posts);
   }
 
-  /** False when there is nowhere to post: callers then write no event (as before the outbox). */
+  /**
+   * False when there is nowhere to post: callers then write no event (as before the outbox).
+   * Also false before start, when nothing produces events (they come from the workers).
+   */
   get enabled(): boolean {
-    const { url, secret } = this.o.target();
-    if (url && secret) return true;
-    if (!this.warnedUnconfigured) {
-      this.warnedUnconfigured = true;
-      this.log.warn('MTA_WEBHOOK_URL or MTA_WEBHOOK_SECRET is not set: events to the backend are not sent');
-    }
-    return false;
+    return this.target !== null;
   }
 
   /** Builds an event for a caller that writes it in its own transaction (then calls `written`). */
@@ -90,13 +90,23 @@ export class OutboxRelay implements MtaEvents {
 
   /** Events this instance has just committed: post them now (they are leased to it). */
   written(events: readonly OutboxEvent[]): void {
-    if (this.stopped) return; // a later start (or another instance) takes them when the lease ends
+    if (this.stopped || !this.target) return; // a later start (or another instance) takes them when the lease ends
     for (const e of events) void this.posts.submit(e, e.body.length);
   }
 
-  /** Starts looking for due rows (retries, a dead instance's rows, DLQ retries). */
-  start(): void {
-    // Even while unconfigured: role all learns the backend's URL after both halves started.
+  /**
+   * Starts posting to `url` (the backend's /webhooks/mta) and looking for due rows (retries,
+   * a dead instance's rows, DLQ retries). Without a URL or secret no event is written. The
+   * first start decides; a later one changes nothing.
+   */
+  start(url: string | undefined): void {
+    if (this.started) return;
+    this.started = true;
+    if (!url || !this.o.secret) {
+      this.log.warn('MTA_WEBHOOK_URL or MTA_WEBHOOK_SECRET is not set: events to the backend are not sent');
+      return;
+    }
+    this.target = { url, secret: this.o.secret };
     this.timer = setInterval(() => void this.poll(), this.o.policy.pollMs);
     this.timer.unref();
     void this.poll();
@@ -104,7 +114,7 @@ export class OutboxRelay implements MtaEvents {
 
   /** One look for due rows; resolves when their posts are done (tests call it directly). */
   poll(): Promise<void> {
-    if (!this.enabled) return Promise.resolve();
+    if (!this.target) return Promise.resolve(); // rows wait for a start with somewhere to post
     this.polling ??= (async () => {
       try {
         for (;;) {
@@ -156,13 +166,13 @@ export class OutboxRelay implements MtaEvents {
 
   /** One signed POST of `text`; null on a 2xx, otherwise the error. */
   private async send(text: string): Promise<string | null> {
-    const { url, secret } = this.o.target();
+    const { url, secret } = this.target!;
     const ts = String(unixSeconds(this.clock.now()));
     try {
       const res = await this.http.postJson(
-        url!,
+        url,
         text,
-        { 'user-agent': `Lettermill-MTA/${VERSION}`, 'x-mta-timestamp': ts, 'x-mta-signature': hmacSha256Hex(secret!, `${ts}.${text}`) },
+        { 'user-agent': `Lettermill-MTA/${VERSION}`, 'x-mta-timestamp': ts, 'x-mta-signature': hmacSha256Hex(secret, `${ts}.${text}`) },
         this.o.policy.postTimeoutMs,
       );
       return res.status >= 200 && res.status < 300 ? null : `HTTP ${res.status}`;

@@ -24,7 +24,7 @@ describe('events and transactional', () => {
   beforeAll(async () => {
     mta = await startHttpReceiver({ respond: () => ({ status: 202, body: { data: { jobId: 'job_1', messageId: 'mta-1', status: 'queued' } } }) });
     sink = await startSmtpSink();
-    api = await startApi({ clock, tickMs: 200, env: { MTA_API_KEY: MTA_KEY, MTA_WEBHOOK_SECRET } });
+    api = await startApi({ clock, tickMs: 200, env: { MTA_API_KEY: MTA_KEY, MTA_WEBHOOK_SECRET, EMAIL_PROVIDER: 'mta', MTA_URL: mta.url } });
     api.app.backend!.app.events.subscribe((e) => {
       emitted.push(e);
     });
@@ -39,9 +39,16 @@ describe('events and transactional', () => {
     mta.reset();
     sink.reset();
     emitted.length = 0;
-    api.app.config.EMAIL_PROVIDER = 'mta';
-    api.app.config.MTA_URL = mta.url;
   });
+  /** Another backend on the same database, with other sending settings (configuration is fixed once prepared). */
+  const withBackend = async (env: Record<string, string>, run: (other: Api) => Promise<void>) => {
+    const other = await startApi({ clock, tickMs: 200, db: api.app.db, env: { MTA_API_KEY: MTA_KEY, MTA_WEBHOOK_SECRET, ...env } });
+    try {
+      await run(other);
+    } finally {
+      await other.close();
+    }
+  };
 
   describe('events', () => {
     it('records an event for a new email, creating the contact (source api, contact.created emitted)', async () => {
@@ -208,22 +215,20 @@ describe('events and transactional', () => {
 
     it('fails closed: EMAIL_PROVIDER unset, unsupported or incomplete → 503 with a clear message, nothing recorded or sent', async () => {
       const before = await count('email_sends');
-      const cases: [string | undefined, string, string][] = [
-        [undefined, 'no_email_provider', 'EMAIL_PROVIDER'],
-        ['ses', 'provider_unsupported', 'not supported'],
-        ['smtp', 'provider_misconfigured', 'SMTP_RELAY_URL'],
+      const cases: [Record<string, string>, string, string][] = [
+        [{}, 'no_email_provider', 'EMAIL_PROVIDER'],
+        [{ EMAIL_PROVIDER: 'ses' }, 'provider_unsupported', 'not supported'],
+        [{ EMAIL_PROVIDER: 'smtp' }, 'provider_misconfigured', 'SMTP_RELAY_URL'],
+        [{ EMAIL_PROVIDER: 'mta' }, 'provider_misconfigured', 'MTA_URL'], // role backend: no MTA_URL, no MTA to find
       ];
-      for (const [provider, reason, text] of cases) {
-        api.app.config.EMAIL_PROVIDER = provider as any;
-        api.app.config.SMTP_RELAY_URL = undefined;
-        const r = await api.call('POST', '/api/v1/transactional', { key, body: mail });
-        expect(r.status).toBe(503);
-        expect(r.body.error).toMatchObject({ category: 'unavailable', data: { reason } });
-        expect(r.body.error.message).toContain(text);
+      for (const [env, reason, text] of cases) {
+        await withBackend(env, async (other) => {
+          const r = await other.call('POST', '/api/v1/transactional', { key, body: mail });
+          expect(r.status).toBe(503);
+          expect(r.body.error).toMatchObject({ category: 'unavailable', data: { reason } });
+          expect(r.body.error.message).toContain(text);
+        });
       }
-      api.app.config.EMAIL_PROVIDER = 'mta';
-      api.app.config.MTA_URL = undefined;
-      expect((await api.call('POST', '/api/v1/transactional', { key, body: mail })).body.error.data.reason).toBe('provider_misconfigured');
       expect(await count('email_sends')).toBe(before);
       expect(mta.requests.length).toBe(0);
     });
@@ -319,27 +324,27 @@ describe('events and transactional', () => {
     });
 
     it('sends through a generic SMTP relay (EMAIL_PROVIDER=smtp) and maps a 5xx to 503 provider_rejected', async () => {
-      api.app.config.EMAIL_PROVIDER = 'smtp';
-      api.app.config.SMTP_RELAY_URL = `smtp://127.0.0.1:${sink.port}`;
-      const r = await api.call('POST', '/api/v1/transactional', { key, body: { ...mail, headers: { 'X-Tag': 'relay' } } });
-      expect(r.status, JSON.stringify(r.body)).toBe(202);
-      const [m] = await sink.waitForMessages(1);
-      expect(m.rcptTo).toEqual(['reader@example.com']);
-      expect(m.mailFrom).toBe('hello@acme.test');
-      const parsed = await simpleParser(m.data);
-      expect(parsed.subject).toBe('Your receipt');
-      expect(parsed.headers.get('x-tag')).toBe('relay');
-      expect(parsed.headers.get('x-lettermill-send-id')).toBe(r.body.data.id);
-      expect(parsed.text?.trim()).toBe('Thanks');
-      const row = (await api.app.db.pool.query('SELECT provider, status, provider_message_id FROM email_sends WHERE id = $1', [r.body.data.id])).rows[0];
-      expect(row).toMatchObject({ provider: 'smtp', status: 'accepted' });
-      expect(row.provider_message_id).toBe(parsed.messageId);
+      await withBackend({ EMAIL_PROVIDER: 'smtp', SMTP_RELAY_URL: `smtp://127.0.0.1:${sink.port}` }, async (relay) => {
+        const r = await relay.call('POST', '/api/v1/transactional', { key, body: { ...mail, headers: { 'X-Tag': 'relay' } } });
+        expect(r.status, JSON.stringify(r.body)).toBe(202);
+        const [m] = await sink.waitForMessages(1);
+        expect(m.rcptTo).toEqual(['reader@example.com']);
+        expect(m.mailFrom).toBe('hello@acme.test');
+        const parsed = await simpleParser(m.data);
+        expect(parsed.subject).toBe('Your receipt');
+        expect(parsed.headers.get('x-tag')).toBe('relay');
+        expect(parsed.headers.get('x-lettermill-send-id')).toBe(r.body.data.id);
+        expect(parsed.text?.trim()).toBe('Thanks');
+        const row = (await api.app.db.pool.query('SELECT provider, status, provider_message_id FROM email_sends WHERE id = $1', [r.body.data.id])).rows[0];
+        expect(row).toMatchObject({ provider: 'smtp', status: 'accepted' });
+        expect(row.provider_message_id).toBe(parsed.messageId);
 
-      sink.failNext({ stage: 'rcpt', code: 550, message: '5.1.1 No such user' });
-      const bad = await api.call('POST', '/api/v1/transactional', { key, body: mail });
-      expect(bad.status).toBe(503);
-      expect(bad.body.error.data.reason).toBe('provider_rejected');
-      expect(bad.body.error.message).toContain('No such user');
+        sink.failNext({ stage: 'rcpt', code: 550, message: '5.1.1 No such user' });
+        const bad = await relay.call('POST', '/api/v1/transactional', { key, body: mail });
+        expect(bad.status).toBe(503);
+        expect(bad.body.error.data.reason).toBe('provider_rejected');
+        expect(bad.body.error.message).toContain('No such user');
+      });
     });
   });
 });

@@ -88,7 +88,7 @@ describe.skipIf(!redisAvailable)('rate limit with Redis: a fleet shares one buck
     const config = loadConfig({ NODE_ENV: 'test', ADMIN_TOKEN, BASE_URL: 'http://lettermill.test', REDIS_URL: redisUrl });
     for (let i = 0; i < 2; i++) {
       const coord = new RedisCoordination({ url: redisUrl, keyPrefix, clock });
-      const backend = await createBackend({ config, log: silentLogger, db: db.pool, coord, clock });
+      const backend = await createBackend({ config, log: silentLogger, db: db.pool, coord, clock }, { mtaUrl: undefined });
       await backend.app.listen({ host: '127.0.0.1', port: 0 });
       backends.push({
         url: `http://127.0.0.1:${boundPort(backend.app)}`,

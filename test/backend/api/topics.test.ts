@@ -19,7 +19,7 @@ describe('topics', () => {
 
   beforeAll(async () => {
     mta = await startHttpReceiver({ respond: () => ({ status: 202, body: { data: { jobId: 'job_1', messageId: 'mta-msg-1', status: 'queued' } } }) });
-    api = await startApi({ clock, tickMs: 200, env: { MTA_API_KEY: MTA_KEY, EMAIL_FROM: 'News <news@lettermill.test>' } });
+    api = await startApi({ clock, tickMs: 200, env: { MTA_API_KEY: MTA_KEY, EMAIL_FROM: 'News <news@lettermill.test>', EMAIL_PROVIDER: 'mta', MTA_URL: mta.url } });
     api.app.backend!.app.events.subscribe((e) => {
       emitted.push(e);
     });
@@ -32,8 +32,6 @@ describe('topics', () => {
   });
   beforeEach(() => {
     mta.reset();
-    api.app.config.EMAIL_PROVIDER = 'mta';
-    api.app.config.MTA_URL = mta.url;
   });
 
   const createTopic = async (name: string, requireDoubleOptIn?: boolean) => {
@@ -162,9 +160,10 @@ describe('topics', () => {
 
     it('with no provider configured: 503, no membership, nothing sent or recorded', async () => {
       const t = await createTopic('Closed', true);
-      api.app.config.EMAIL_PROVIDER = undefined;
       const sendsBefore = (await api.app.db.pool.query('SELECT count(*) AS n FROM email_sends')).rows[0].n;
-      const r = await api.call('POST', `/api/v1/topics/${t.id}/contacts`, { key, body: { email: 'member@example.com' } });
+      // Another backend on the same database, without EMAIL_PROVIDER (configuration is fixed once prepared).
+      const unconfigured = await startApi({ clock, tickMs: 200, db: api.app.db, env: { MTA_API_KEY: MTA_KEY, MTA_URL: mta.url } });
+      const r = await unconfigured.call('POST', `/api/v1/topics/${t.id}/contacts`, { key, body: { email: 'member@example.com' } }).finally(() => unconfigured.close());
       expect(r.status).toBe(503);
       expect(r.body.error.category).toBe('unavailable');
       expect(r.body.error.data.reason).toBe('no_email_provider');

@@ -1,15 +1,18 @@
 /**
- * The engine inside the real MTA (startTestApp, role mta): POST /send → queue → ten phases →
- * delivery to a scriptable sink; a 5xx user-unknown lands the address in suppression.
+ * The engine inside the real product (startTestApp, role all): POST /send → queue → ten phases →
+ * delivery to a scriptable sink; a 5xx user-unknown lands the address in suppression. With
+ * both ports 0 and no MTA_URL or MTA_WEBHOOK_URL, the halves reach each other only through
+ * their peer options; the configuration they were built from is frozen.
  */
 import { generateKeyPairSync } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { bearerApi, startTestApp, type TestApp } from '../../harness/app.js';
-import { startDnsServer, type DnsServer } from '../../harness/dns.js';
+import { pollUntil, startDnsServer, type DnsServer } from '../../harness/dns.js';
 import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
 import { dkimpyVerify } from './dkimpy.js';
 
 const KEY = 'lm_mta_e2e_0123456789abcdefghijklmnopqrstuvwxyz';
+const ADMIN = 'lm_admin_e2e_0123456789abcdefghijklmnopqrstuvwxyz';
 const rsaPem = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
 let dns: DnsServer;
 let sink: SmtpSink;
@@ -30,8 +33,9 @@ beforeAll(async () => {
     },
   });
   app = await startTestApp({
-    role: 'mta',
+    role: 'all',
     env: {
+      ADMIN_TOKEN: ADMIN,
       MTA_API_KEY: KEY,
       BOUNCE_VERP_KEY: 'e2e-verp-key-0123456789abcdef',
       BOUNCE_HOST: 'bounces.sender.test',
@@ -81,4 +85,29 @@ it('a 5xx user unknown at the sink puts the address into suppression (hard_bounc
     await new Promise((r) => setTimeout(r, 100));
   }
   expect(check).toMatchObject({ suppressed: true, reason: 'hard_bounce' });
+});
+
+it('the prepared configuration is frozen; the peers\' URLs are options, not written into it', () => {
+  expect(app.services.config).toBe(app.config);
+  expect(() => {
+    (app.config as { MTA_URL?: string }).MTA_URL = 'http://elsewhere.test';
+  }).toThrow(TypeError);
+  expect(() => (app.config.MTA_WARMED_IPS as string[]).push('192.0.2.1')).toThrow(TypeError);
+  expect(app.config.MTA_URL).toBeUndefined();
+  expect(app.config.MTA_WEBHOOK_URL).toBeUndefined();
+  expect(app.config.MTA_WEBHOOK_SECRET).toMatch(/\w{16,}/); // generated on first boot, before freezing
+});
+
+it('a transactional send reaches the MTA\'s /send through the backend\'s peer option; its `sent` event comes back through the MTA\'s', async () => {
+  const admin = bearerApi(() => app.backendUrl!, ADMIN);
+  const created = await admin('POST', '/admin/api-keys', { scopes: ['transactional:send'] });
+  expect(created.status).toBe(201);
+  const rest = bearerApi(() => app.backendUrl!, created.body.data.key);
+  const r = await rest('POST', '/api/v1/transactional', { to: 'carol@e2e.test', from: 'News <news@sender.test>', subject: 'Round trip', html: '<p>Hi</p>' });
+  expect(r.status, JSON.stringify(r.body)).toBe(202);
+  const id = r.body.data.id as string;
+  await sink.waitUntil(() => sink.messages.some((m) => m.rcptTo.includes('carol@e2e.test')), 20_000, 'the message at the sink');
+  // Delivered only once the backend has taken the MTA's `sent` event at /webhooks/mta.
+  const status = () => app.db.pool.query<{ status: string }>('SELECT status FROM email_sends WHERE id = $1', [id]).then((q) => q.rows[0]?.status);
+  await pollUntil(async () => (await status()) === 'delivered', 20_000, () => `email_sends ${id} is not delivered`);
 });

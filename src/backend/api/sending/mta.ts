@@ -10,7 +10,7 @@ const peer = new PeerClient();
 export class MtaProvider implements EmailProvider {
   readonly name = 'mta';
 
-  constructor(private readonly o: { url: string; apiKey: () => string; organizationId: string; timeoutMs: number }) {}
+  constructor(private readonly o: { url: string; apiKey: string; organizationId: string; timeoutMs: number }) {}
 
   async send(m: OutboundMessage): Promise<ProviderResult> {
     const job: MtaJob = {
@@ -30,7 +30,7 @@ export class MtaProvider implements EmailProvider {
     };
     let res: PeerResponse;
     try {
-      res = await peer.postJson(`${this.o.url}/send`, JSON.stringify(job), { authorization: `Bearer ${this.o.apiKey()}` }, this.o.timeoutMs);
+      res = await peer.postJson(`${this.o.url}/send`, JSON.stringify(job), { authorization: `Bearer ${this.o.apiKey}` }, this.o.timeoutMs);
     } catch (err) {
       throw new ProviderError(`The MTA at ${this.o.url} could not be reached: ${(err as Error).message}`, true);
     }

@@ -11,36 +11,35 @@ export type { EmailProvider, OutboundMessage, ProviderResult } from './types.js'
 export { ProviderError } from './types.js';
 import type { EmailProvider } from './types.js';
 
-export type ProviderConfig = Pick<Config, 'EMAIL_PROVIDER' | 'MTA_URL' | 'MTA_API_KEY' | 'ORGANIZATION_ID' | 'SMTP_RELAY_URL'>;
+/**
+ * What choosing a provider needs: configuration, and the MTA's URL, which is the backend's
+ * peer option rather than configuration (role all knows it only once the MTA listens).
+ */
+export interface ProviderSettings extends Pick<Config, 'EMAIL_PROVIDER' | 'MTA_API_KEY' | 'ORGANIZATION_ID' | 'SMTP_RELAY_URL'> {
+  mtaUrl: string | undefined;
+}
 
 const refuse = (message: string, reason: string) => new AppError('unavailable', message, { reason });
 
 /**
- * The configured provider, or a 503 `unavailable` AppError saying what to configure. Read at
- * send time (configuration the process fills in after start, such as MTA_URL in `--role all`,
- * is then known) and before anything is written, so a refused send leaves nothing queued.
+ * The configured provider, or a 503 `unavailable` AppError saying what to configure. Callers
+ * resolve before anything is written, so a refused send leaves nothing queued.
  */
-export function resolveProvider(config: ProviderConfig, cache: Map<string, EmailProvider>, opts: { timeoutMs: number }): EmailProvider {
-  const name = config.EMAIL_PROVIDER;
+export function resolveProvider(settings: ProviderSettings, opts: { timeoutMs: number }): EmailProvider {
+  const name = settings.EMAIL_PROVIDER;
   if (!name) {
     throw refuse('No email provider is configured: set EMAIL_PROVIDER (mta, smtp, ses, resend or mandrill). Nothing was sent.', 'no_email_provider');
   }
   switch (name) {
     case 'mta': {
-      if (!config.MTA_URL || !config.MTA_API_KEY) {
+      if (!settings.mtaUrl || !settings.MTA_API_KEY) {
         throw refuse('EMAIL_PROVIDER=mta needs MTA_URL and MTA_API_KEY. Nothing was sent.', 'provider_misconfigured');
       }
-      const key = `mta|${config.MTA_URL}|${config.ORGANIZATION_ID}`;
-      let p = cache.get(key);
-      if (!p) cache.set(key, (p = new MtaProvider({ url: config.MTA_URL, apiKey: () => config.MTA_API_KEY!, organizationId: config.ORGANIZATION_ID, timeoutMs: opts.timeoutMs })));
-      return p;
+      return new MtaProvider({ url: settings.mtaUrl, apiKey: settings.MTA_API_KEY, organizationId: settings.ORGANIZATION_ID, timeoutMs: opts.timeoutMs });
     }
     case 'smtp': {
-      if (!config.SMTP_RELAY_URL) throw refuse('EMAIL_PROVIDER=smtp needs SMTP_RELAY_URL. Nothing was sent.', 'provider_misconfigured');
-      const key = `smtp|${config.SMTP_RELAY_URL}`;
-      let p = cache.get(key);
-      if (!p) cache.set(key, (p = new SmtpRelayProvider({ url: config.SMTP_RELAY_URL, timeoutMs: opts.timeoutMs })));
-      return p;
+      if (!settings.SMTP_RELAY_URL) throw refuse('EMAIL_PROVIDER=smtp needs SMTP_RELAY_URL. Nothing was sent.', 'provider_misconfigured');
+      return new SmtpRelayProvider({ url: settings.SMTP_RELAY_URL, timeoutMs: opts.timeoutMs });
     }
     default:
       throw refuse(
@@ -50,8 +49,7 @@ export function resolveProvider(config: ProviderConfig, cache: Map<string, Email
   }
 }
 
-/** Closes pooled connections of every provider in the cache. */
-export async function closeProviders(cache: Map<string, EmailProvider>): Promise<void> {
-  for (const p of cache.values()) await (p as { close?: () => Promise<void> }).close?.();
-  cache.clear();
+/** Closes a provider's pooled connections, if it has any. */
+export async function closeProvider(p: EmailProvider | undefined): Promise<void> {
+  await (p as { close?: () => Promise<void> } | undefined)?.close?.();
 }

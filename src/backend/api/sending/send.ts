@@ -12,7 +12,6 @@
  * the sends module's (../../sends/handoff.ts); durable before the answer.
  */
 import type { Clock } from '../../../shared/clock.js';
-import type { Config } from '../../../shared/config.js';
 import { newId } from '../../../shared/crypto.js';
 import type { Db } from '../../../shared/db/pool.js';
 import { AppError, conflict } from '../../../shared/errors.js';
@@ -21,7 +20,7 @@ import { domainOf } from '../../../shared/mail/address.js';
 import type { EventBus } from '../../events.js';
 import { recordFailures, recordHandOffs, retakeSend } from '../../sends/handoff.js';
 import { TRANSACTIONAL } from '../policy.js';
-import { closeProviders, ProviderError, resolveProvider, type EmailProvider, type OutboundMessage } from './provider.js';
+import { closeProvider, ProviderError, resolveProvider, type EmailProvider, type OutboundMessage, type ProviderSettings } from './provider.js';
 
 export interface SendRequest {
   type: 'transactional' | 'campaign';
@@ -58,13 +57,13 @@ interface SendRow {
 }
 
 export class SendService {
-  private readonly providers = new Map<string, EmailProvider>();
+  private resolved: EmailProvider | undefined;
 
-  constructor(private readonly d: { db: Db; clock: Clock; log: Logger; config: Config; events?: Pick<EventBus, 'emitIn'> }) {}
+  constructor(private readonly d: { db: Db; clock: Clock; log: Logger; sending: ProviderSettings; events?: Pick<EventBus, 'emitIn'> }) {}
 
-  /** The provider sends would use now; throws the 503 that refuses a send. */
+  /** The provider sends use (made on first use); throws the 503 that refuses a send. */
   provider(): EmailProvider {
-    return resolveProvider(this.d.config, this.providers, { timeoutMs: TRANSACTIONAL.providerTimeoutMs });
+    return (this.resolved ??= resolveProvider(this.d.sending, { timeoutMs: TRANSACTIONAL.providerTimeoutMs }));
   }
 
   async send(req: SendRequest): Promise<SendOutcome> {
@@ -134,6 +133,7 @@ export class SendService {
   }
 
   async close(): Promise<void> {
-    await closeProviders(this.providers);
+    await closeProvider(this.resolved);
+    this.resolved = undefined;
   }
 }
