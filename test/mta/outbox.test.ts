@@ -171,21 +171,31 @@ describe('nothing is lost with the process', () => {
     }
   });
 
-  it('a delivery log row and its event are one write; the same result event written again (a re-run) is kept and posted once', async () => {
+  it('a delivery log row and its event are one write; the same result event written again (a re-run) is kept once while pending, and posted with the same id', async () => {
     const id = resultEventId('org-x', 'msg-x', '42');
     const data: MtaEventData['sent'] = {
       messageId: 'msg-x', jobId: '42', organizationId: 'org-x', campaignId: null, recipient: 'a@example.test', domain: 'example.test',
       pool: 'transactional', ip: '127.0.0.2', mxHost: 'mx.example.test', smtpCode: 250, smtpResponse: '250 ok', tls: true, attempt: 1,
     };
     const entry = { messageId: 'msg-x', jobId: '42', organizationId: 'org-x', recipient: 'a@example.test', domain: 'example.test', pool: 'transactional', ip: '127.0.0.2', status: 'sent' as const, at: t.clock.now() };
+    // The backend is slow: the first post is still in flight when the re-run writes its event.
+    backend.setResponder(() => ({ delayMs: 300 }));
     await t.mta.context.stores.logs.append(entry, outboxEvent(MTA_EVENT.sent, data, t.clock.now(), id));
     await t.mta.context.stores.logs.append({ ...entry, attempt: 2 }, outboxEvent(MTA_EVENT.sent, { ...data, attempt: 2 }, t.clock.now(), id));
+    expect((await rows()).map((r) => r.id)).toEqual([id]);
     await backend.waitFor(1);
     await settled();
     const logs = await t.db.pool.query('SELECT attempt FROM mta_delivery_log WHERE message_id = $1', ['msg-x']);
     expect(logs.rows).toHaveLength(2);
     expect(backend.requests).toHaveLength(1);
     expect(JSON.parse(backend.requests[0]!.rawBody.toString())).toMatchObject({ id, event: 'sent', data: { attempt: 1 } });
+    expect(await rows()).toEqual([]);
+    // Once it was taken, a later re-run posts it again — under the same id, which the backend applies once.
+    backend.setResponder(undefined);
+    await t.mta.context.stores.logs.append({ ...entry, attempt: 3 }, outboxEvent(MTA_EVENT.sent, { ...data, attempt: 3 }, t.clock.now(), id));
+    await backend.waitFor(2);
+    await settled();
+    expect(JSON.parse(backend.requests[1]!.rawBody.toString()).id).toBe(id);
   });
 
   it('a log write that fails (PostgreSQL refuses a NUL) writes no event either', async () => {
