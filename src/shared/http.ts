@@ -2,7 +2,8 @@ import Fastify, { LogController, type FastifyError, type FastifyInstance, type F
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv, type Options as AjvOptions } from 'ajv';
 import addFormatsModule from 'ajv-formats';
-import { AppError, CATEGORY_STATUS, envelope, type ErrorCategory } from './errors.js';
+import { AppError, badInput, CATEGORY_STATUS, envelope, type ErrorCategory } from './errors.js';
+import { findInputFault, findRequestFault, wasChecked, type InputFault } from './input.js';
 import type { Logger } from './log.js';
 
 export type HttpApp = FastifyInstance<any, any, any, any, TypeBoxTypeProvider>;
@@ -44,10 +45,25 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
     return ajv.compile(schema) as any;
   });
   app.setErrorHandler(errorHandler);
+  // The input policy (./input.ts), before any route's own hooks: path, query and headers as
+  // soon as the route is known, the parsed body before validation.
+  app.addHook('onRequest', (req, _reply, done) => {
+    const fault = findRequestFault(req);
+    done(fault ? inputError(fault) : undefined);
+  });
+  app.addHook('preValidation', (req, _reply, done) => {
+    const fault = req.body === undefined || wasChecked(req.body) ? null : findInputFault(req.body, 'body');
+    done(fault ? inputError(fault) : undefined);
+  });
   app.setNotFoundHandler((req, reply) => {
     reply.code(404).send(envelope('not_found', `Route not found: ${req.method} ${req.url.split('?')[0]}`));
   });
   return app;
+}
+
+export function inputError(f: InputFault): AppError {
+  // A forbidden key is what Fastify's own JSON parser refuses: the same answer as there.
+  return f.reason === 'forbidden_key' ? badInput('Request body is not valid JSON', 'invalid_json') : badInput(f.message, f.reason);
 }
 
 function validationMessage(err: FastifyError): string {

@@ -22,7 +22,8 @@ import { newId } from '../../shared/crypto.js';
 import type { Db } from '../../shared/db/pool.js';
 import { tx } from '../../shared/db/pool.js';
 import { AppError, badInput, forbidden, notFound } from '../../shared/errors.js';
-import type { HttpApp } from '../../shared/http.js';
+import { inputError, type HttpApp } from '../../shared/http.js';
+import { findInputFault } from '../../shared/input.js';
 import type { Logger } from '../../shared/log.js';
 import { normalizeAddress } from '../../shared/mail/address.js';
 import type { Signer } from '../../shared/signing.js';
@@ -72,6 +73,9 @@ function addField(fields: Fields, rawName: string, rawValue: unknown): void {
   else if (Array.isArray(rawValue) && rawValue.every((v) => typeof v === 'string')) value = rawValue.join(', ');
   else throw invalid(`Field ${name} must be a single value`);
   if (value.length > FORM_LIMITS.maxFieldValueLength) throw invalid(`Field ${name} is longer than ${FORM_LIMITS.maxFieldValueLength} characters`);
+  // Multipart fields are read here, after the edge's body check (src/shared/input.ts): the same rule.
+  const fault = findInputFault({ [name]: value }, 'body');
+  if (fault) throw inputError(fault);
   const key = canonical(name);
   fields.set(key, fields.has(key) && value === '' ? fields.get(key)! : value.trim());
   if (fields.size > FORM_LIMITS.maxFields) throw invalid(`At most ${FORM_LIMITS.maxFields} fields are accepted`);
