@@ -1,3 +1,4 @@
+import { validateHeaderName, validateHeaderValue } from 'node:http';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv, type Options as AjvOptions } from 'ajv';
@@ -80,6 +81,10 @@ function validationMessage(err: FastifyError): string {
 }
 
 export function errorHandler(err: FastifyError | AppError, req: FastifyRequest, reply: FastifyReply): void {
+  // A header Node refuses (CR/LF in a Location) fails the answer itself: without it, the
+  // error below still goes out in the envelope instead of Fastify's fallback.
+  const code = (err as { code?: string }).code;
+  if (code === 'ERR_INVALID_CHAR' || code === 'ERR_HTTP_INVALID_HEADER_VALUE') dropInvalidHeaders(reply);
   if (err instanceof AppError) {
     reply.code(err.status).headers(err.headers).send(err.toEnvelope());
     return;
@@ -113,6 +118,17 @@ export function errorHandler(err: FastifyError | AppError, req: FastifyRequest, 
   }
   const message = fe instanceof SyntaxError ? 'Request body is not valid JSON' : fe.message;
   reply.code(status).send(envelope(STATUS_CATEGORY[status] ?? 'invalid_input', message));
+}
+
+function dropInvalidHeaders(reply: FastifyReply): void {
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    try {
+      validateHeaderName(name);
+      for (const v of Array.isArray(value) ? value : [value]) validateHeaderValue(name, String(v));
+    } catch {
+      reply.removeHeader(name);
+    }
+  }
 }
 
 function hopCount(hops: number) {

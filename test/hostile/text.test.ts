@@ -113,3 +113,24 @@ describe('finding 5: a signed MTA event with \\u0000 in data', () => {
     expect(r.body.error.message).toContain('NUL character');
   });
 });
+
+describe('finding 4: a form redirect with CR/LF', () => {
+  it('POST /admin/forms refuses a redirectUrl with CR, LF, tabs or spaces (the URL parser drops them silently)', async () => {
+    const before = await count('forms');
+    for (const redirectUrl of ['https://example.com/\r\nSet-Cookie: a=b', 'https://example.com/\tx', 'https://example.com/a b']) {
+      const r = await p.call(p.backend, 'POST', '/admin/forms', { auth: 'admin', body: { name: 'f', redirectUrl } });
+      expect(r.status, JSON.stringify(redirectUrl)).toBe(400);
+      expect(r.body.error).toMatchObject({ category: 'invalid_input', data: { reason: 'validation_error' } });
+    }
+    expect(await count('forms')).toBe(before);
+  });
+
+  it('a stored redirect with CR/LF (an older version saved it) answers a clean 302 after the contact is stored, not a raw 500', async () => {
+    const f = await p.call(p.backend, 'POST', '/admin/forms', { auth: 'admin', body: { name: 'legacy', redirectUrl: 'https://example.com/thanks' } });
+    await p.app.db.pool.query(`UPDATE forms SET redirect_url = $2 WHERE id = $1`, [f.body.data.id, 'https://example.com/th\r\nanks?x=ü']);
+    const res = await fetch(`${p.backend}/forms/${f.body.data.id}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ email: 'crlf@example.com' }), redirect: 'manual' });
+    expect(res.status).toBe(302);
+    expect(res.headers.get('location')).toBe('https://example.com/thanks?x=%C3%BC');
+    expect((await p.app.db.pool.query(`SELECT 1 FROM contacts WHERE email = 'crlf@example.com'`)).rowCount).toBe(1);
+  });
+});

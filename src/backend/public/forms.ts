@@ -113,10 +113,20 @@ async function readFields(req: FastifyRequest): Promise<Fields> {
   return fields;
 }
 
-function withPending(url: string): string {
-  const u = new URL(url);
-  u.searchParams.set('confirmation', 'pending');
-  return u.toString();
+/**
+ * The Location of a form's redirect, computed before anything is written: a URL's WHATWG
+ * serialization is printable ASCII, so the answer cannot fail after the contact is stored
+ * (a stored URL with CR/LF once made it a 500 after the write). Unusable: no redirect.
+ */
+function redirectLocation(url: string | null, pending: boolean): string | null {
+  if (!url) return null;
+  try {
+    const u = new URL(url);
+    if (pending) u.searchParams.set('confirmation', 'pending');
+    return u.href;
+  } catch {
+    return null;
+  }
 }
 
 export function formRoutes(app: HttpApp, d: FormDeps): void {
@@ -140,11 +150,12 @@ export function formRoutes(app: HttpApp, d: FormDeps): void {
         ? ((await d.db.query<{ id: string; name: string; require_double_opt_in: boolean }>('SELECT id, name, require_double_opt_in FROM topics WHERE id = $1', [form.topic_id])).rows[0] ?? null)
         : null;
       const doubleOptIn = form.double_opt_in || (topic?.require_double_opt_in ?? false);
+      const location = redirectLocation(form.redirect_url, doubleOptIn);
 
       // A bot filled the hidden field: answer as usual, keep nothing.
       if (fields.get(canonical(form.honeypot_field))) {
         req.log.info({ formId: form.id }, 'form honeypot filled; submission discarded');
-        return succeed(reply, form, doubleOptIn);
+        return succeed(reply, location, doubleOptIn);
       }
 
       const rawEmail = fields.get('email') ?? '';
@@ -164,13 +175,13 @@ export function formRoutes(app: HttpApp, d: FormDeps): void {
       } else {
         await subscribeNow(d, form, topic, { email, firstName, lastName });
       }
-      return succeed(reply, form, doubleOptIn);
+      return succeed(reply, location, doubleOptIn);
     },
   );
 }
 
-function succeed(reply: FastifyReply, form: FormRow, pending: boolean) {
-  if (form.redirect_url) return reply.redirect(pending ? withPending(form.redirect_url) : form.redirect_url, 302);
+function succeed(reply: FastifyReply, location: string | null, pending: boolean) {
+  if (location) return reply.redirect(location, 302);
   return reply.code(200).send({
     ok: true,
     data: pending ? { message: FORM_MESSAGES.pending, confirmationRequired: true } : { message: FORM_MESSAGES.subscribed },
