@@ -1,5 +1,5 @@
 /**
- * Issue #25, findings 2, 4, 5 and 8: text PostgreSQL cannot store (NUL, unpaired surrogates)
+ * Issue #25, findings 2, 4, 5 and 8 (and 6, template variables): text PostgreSQL cannot store (NUL, unpaired surrogates)
  * is refused at the edge with 400 `invalid_input` (`invalid_text`), in paths, queries and
  * bodies of both halves, before anything is written.
  */
@@ -132,5 +132,24 @@ describe('finding 4: a form redirect with CR/LF', () => {
     expect(res.status).toBe(302);
     expect(res.headers.get('location')).toBe('https://example.com/thanks?x=%C3%BC');
     expect((await p.app.db.pool.query(`SELECT 1 FROM contacts WHERE email = 'crlf@example.com'`)).rowCount).toBe(1);
+  });
+});
+
+describe('finding 6: template variables are own properties only', () => {
+  it('{{constructor}} and {{toString}} without such variables are a 400 missing_variables, not "function Object() { [native code] }"', async () => {
+    for (const [subject, html] of [['Hi {{constructor}}', '<p>x</p>'], ['Hi', '<p>{{ toString }} {{hasOwnProperty}}</p>']]) {
+      const r = await p.call(p.backend, 'POST', '/api/v1/transactional', { auth: key, body: { to: 'tpl@example.com', from: 'a@sender.example', subject, html, variables: { name: 'x' } } });
+      expect(r.status, JSON.stringify(r.body)).toBe(400);
+      expect(r.body.error).toMatchObject({ category: 'invalid_input', data: { reason: 'missing_variables' } });
+    }
+    expect(await count('email_sends')).toBe(0);
+  });
+
+  it('a variable named constructor that the request defines is used', async () => {
+    const r = await p.call(p.backend, 'POST', '/api/v1/transactional', { auth: key, body: { to: 'tpl@example.com', from: 'a@sender.example', subject: 'Hi {{constructor}}', html: '<p>{{toString}}</p>', variables: { constructor: 'C', toString: '<T>' } } });
+    expect(r.status, JSON.stringify(r.body)).toBe(202);
+    const jobs = await p.app.db.pool.query<{ payload: string }>(`SELECT payload FROM queue_jobs WHERE queue = 'mta'`);
+    const payload = jobs.rows.map((j) => JSON.parse(j.payload)).find((j) => j.messageId === r.body.data.id);
+    expect(payload).toMatchObject({ subject: 'Hi C', html: '<p>&lt;T&gt;</p>' });
   });
 });

@@ -14,7 +14,7 @@ import type { ApiDeps } from './deps.js';
 import { idempotencyKey, requestHash } from './idempotency.js';
 import { TRANSACTIONAL } from './policy.js';
 import { API_ERRORS, errors } from './schemas.js';
-import { referencedVariables, render, type Variables } from './template.js';
+import { hasVariable, referencedVariables, render, type Variables } from './template.js';
 
 /** Headers the message structure, authentication or tracking own; a request may not set them. */
 const RESERVED_HEADERS = new Set([
@@ -91,7 +91,7 @@ export function transactionalRoutes(app: HttpApp, d: ApiDeps): void {
       if (!subject) throw badInput('subject is required', 'validation_error');
       if (!html && !text) throw badInput('Give html, text or templateId', 'validation_error');
       const vars: Variables = b.variables ?? {};
-      const missing = [...referencedVariables(subject, html, text)].filter((n) => !(n in vars));
+      const missing = [...referencedVariables(subject, html, text)].filter((n) => !hasVariable(vars, n));
       if (missing.length) throw badInput(`Missing variables: ${missing.join(', ')}`, 'missing_variables');
       subject = render(subject, vars, false);
       if (/[\r\n]/.test(subject)) throw badInput('subject must be a single line', 'validation_error');
