@@ -21,4 +21,10 @@ export const EDGE_POLICY = {
    * the shortest deadline, so short test timeouts are enforced as closely.
    */
   deadlineCheckMs: 1_000,
+  /**
+   * After an answer written straight to the socket (a 408, 431 or malformed request), how long
+   * a client that neither reads nor closes keeps the connection: the answer gets this long to
+   * flush before the socket is destroyed.
+   */
+  closeGraceMs: 500,
 } as const;

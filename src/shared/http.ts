@@ -4,6 +4,9 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv, type Options as AjvOptions } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { AppError, badInput, CATEGORY_STATUS, envelope, type ErrorCategory } from './errors.js';
+import { EDGE_POLICY } from './edge-policy.js';
+import { clientErrorHandler, frameworkErrors, limitConnections } from './http-edge.js';
+import { SPEC, type Config } from './config.js';
 import { findInputFault, findRequestFault, wasChecked, type InputFault } from './input.js';
 import type { Logger } from './log.js';
 
@@ -31,15 +34,57 @@ const PARAM_AJV = makeAjv({ coerceTypes: 'array' });
  * A Fastify instance with the house rules: TypeBox schemas that reject unknown fields
  * (no silent stripping), the error envelope on every failure, no stack traces on the wire.
  */
-export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProxy?: boolean | number | string | string[] }): HttpApp {
+/** The edge's timeouts and connection cap (config HTTP_*; docs/api.md → Input policy). */
+export interface EdgeLimits {
+  headersTimeoutMs: number;
+  bodyTimeoutMs: number;
+  requestTimeoutMs: number;
+  keepAliveTimeoutMs: number;
+  /** 0: no limit. */
+  maxConnectionsPerClient: number;
+}
+
+type EdgeConfig = Pick<Config, 'HTTP_HEADERS_TIMEOUT_MS' | 'HTTP_BODY_TIMEOUT_MS' | 'HTTP_REQUEST_TIMEOUT_MS' | 'HTTP_KEEPALIVE_TIMEOUT_MS' | 'HTTP_MAX_CONNECTIONS_PER_CLIENT'>;
+
+/** The limits from configuration (defaults: the config table's). */
+export function edgeLimits(config: Partial<EdgeConfig> = {}): EdgeLimits {
+  const d = <K extends keyof EdgeConfig>(k: K): number => (config[k] ?? SPEC[k].default) as number;
+  return {
+    headersTimeoutMs: d('HTTP_HEADERS_TIMEOUT_MS'),
+    bodyTimeoutMs: d('HTTP_BODY_TIMEOUT_MS'),
+    requestTimeoutMs: d('HTTP_REQUEST_TIMEOUT_MS'),
+    keepAliveTimeoutMs: d('HTTP_KEEPALIVE_TIMEOUT_MS'),
+    maxConnectionsPerClient: d('HTTP_MAX_CONNECTIONS_PER_CLIENT'),
+  };
+}
+
+export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProxy?: boolean | number | string | string[]; limits?: EdgeLimits }): HttpApp {
+  const limits = opts.limits ?? edgeLimits();
+  // Node requires the header deadline within the request's; both are checked every interval.
+  const headersTimeout = Math.min(limits.headersTimeoutMs, limits.bodyTimeoutMs);
   const app = Fastify({
+    http: {
+      headersTimeout,
+      requestTimeout: limits.bodyTimeoutMs,
+      connectionsCheckingInterval: Math.max(10, Math.min(EDGE_POLICY.deadlineCheckMs, Math.ceil(headersTimeout / 4))),
+    },
+    requestTimeout: limits.bodyTimeoutMs,
+    handlerTimeout: limits.requestTimeoutMs,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
     loggerInstance: opts.log,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: opts.bodyLimit ?? 1024 * 1024,
     // A hop count is "trust the nearest N proxies" (the typings omit the number form).
     trustProxy: typeof opts.trustProxy === 'number' ? hopCount(opts.trustProxy) : (opts.trustProxy ?? false),
     return503OnClosing: true,
+    routerOptions: { maxParamLength: EDGE_POLICY.maxParamLength },
+    // Errors before routing and the parser's own refusals, in the envelope (./http-edge.ts);
+    // cast because the typings offer only the overloads of every server kind at once.
+    frameworkErrors: frameworkErrors as any,
+    clientErrorHandler: clientErrorHandler as any,
   }).withTypeProvider<TypeBoxTypeProvider>();
+
+  limitConnections(app.server, limits.maxConnectionsPerClient, opts.log);
 
   app.setValidatorCompiler(({ schema, httpPart }) => {
     const ajv = httpPart === 'body' ? BODY_AJV : PARAM_AJV;
@@ -105,6 +150,9 @@ export function errorHandler(err: FastifyError | AppError, req: FastifyRequest, 
       return;
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       reply.code(400).send(envelope('invalid_input', 'Request body is empty but Content-Type is application/json', 'invalid_json'));
+      return;
+    case 'FST_ERR_HANDLER_TIMEOUT':
+      reply.code(503).send(envelope('unavailable', 'The request took too long to answer', 'request_timeout'));
       return;
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       reply.code(400).send(envelope('invalid_input', 'Request body is not valid JSON', 'invalid_json'));
