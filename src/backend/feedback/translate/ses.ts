@@ -15,7 +15,7 @@ function recipients(list: unknown, key: string | null): string[] {
 }
 
 export function translateSes(message: string, snsMessageId: string, nowMs: number): Translation {
-  const parsed = parseJson(message, 'SNS Message');
+  const parsed = parseJson(message, 'SNS Message (an SES notification)');
   const n = asObject(parsed, 'SES notification');
   const type = optString(n.notificationType ?? n.eventType, 50);
   if (!type) throw new FeedbackFormatError('SES notification has no notificationType or eventType');
