@@ -1,7 +1,7 @@
 import { validateHeaderName, validateHeaderValue } from 'node:http';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { Ajv, type Options as AjvOptions } from 'ajv';
+import { Ajv, type Options as AjvOptions, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { AppError, badInput, CATEGORY_STATUS, envelope, type ErrorCategory } from './errors.js';
 import { EDGE_POLICY } from './edge-policy.js';
@@ -87,8 +87,8 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
   limitConnections(app.server, limits.maxConnectionsPerClient, opts.log);
 
   app.setValidatorCompiler(({ schema, httpPart }) => {
-    const ajv = httpPart === 'body' ? BODY_AJV : PARAM_AJV;
-    return ajv.compile(schema) as any;
+    if (httpPart === 'body') return BODY_AJV.compile(schema) as any;
+    return decimalOnly(schema as TSchemaLike, PARAM_AJV.compile(schema)) as any;
   });
   app.setErrorHandler(errorHandler);
   // The input policy (./input.ts), before any route's own hooks: path, query and headers as
@@ -105,6 +105,47 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
     reply.code(404).send(envelope('not_found', `Route not found: ${req.method} ${req.url.split('?')[0]}`));
   });
   return app;
+}
+
+type TSchemaLike = { type?: unknown; properties?: Record<string, TSchemaLike>; anyOf?: TSchemaLike[] };
+const DECIMAL = { integer: /^-?\d+$/, number: /^-?\d+(\.\d+)?$/ } as const;
+
+/** The numeric type a property of a query/params/headers schema accepts, if any. */
+function numericType(s: TSchemaLike | undefined): 'integer' | 'number' | null {
+  if (!s) return null;
+  if (s.type === 'integer' || s.type === 'number') return s.type;
+  for (const alt of s.anyOf ?? []) {
+    const t = numericType(alt);
+    if (t) return t;
+  }
+  return null;
+}
+
+/**
+ * Ajv coerces text to numbers as JavaScript does (`0x10` is 16, `1e3` is 1000, ` 5 ` is 5):
+ * numbers in a URL or header are plain decimals here, anything else fails validation.
+ */
+function decimalOnly(schema: TSchemaLike, validate: ValidateFunction): ValidateFunction {
+  const numeric = Object.entries(schema.properties ?? {}).flatMap(([k, p]) => {
+    const t = numericType(p);
+    return t ? [[k, DECIMAL[t]] as const] : [];
+  });
+  if (numeric.length === 0) return validate;
+  const wrapped = ((data: Record<string, unknown> | undefined) => {
+    for (const [k, re] of numeric) {
+      const v = data?.[k];
+      for (const x of Array.isArray(v) ? v : [v]) {
+        if (typeof x === 'string' && !re.test(x)) {
+          wrapped.errors = [{ instancePath: `/${k}`, schemaPath: '', keyword: 'type', params: {}, message: 'must be a decimal number' }];
+          return false;
+        }
+      }
+    }
+    const ok = validate(data);
+    wrapped.errors = validate.errors;
+    return ok;
+  }) as ValidateFunction;
+  return wrapped;
 }
 
 export function inputError(f: InputFault): AppError {

@@ -21,7 +21,7 @@ import { translateMta } from './translate/mta.js';
 import { translateRelay } from './translate/relay.js';
 import { translateResend } from './translate/resend.js';
 import { translateSes } from './translate/ses.js';
-import { checkTolerance, VerificationError } from './verify/common.js';
+import { checkTolerance, VerificationError, type HeaderBag } from './verify/common.js';
 import { MTA_SCHEME, precheckTimestamped, RELAY_SCHEME, verifyTimestampedHmac } from './verify/hmac.js';
 import { parseFormFields, verifyMandrill } from './verify/mandrill.js';
 import {
@@ -116,8 +116,8 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
   // Cheap checks before a body is read: the signature headers and the timestamp, then room
   // in the budget of bodies being received (a forged header costs nothing to send).
   const budget = new BodyBudget(WEBHOOK_BODY_BUDGET_BYTES);
-  const precheck = (check: (headers: FastifyRequest['headers'], nowMs: number) => void) =>
-    async (req: FastifyRequest) => check(req.headers, clock.now());
+  const precheck = (check: (headers: HeaderBag, nowMs: number) => void) =>
+    async (req: FastifyRequest) => check(req.raw.headersDistinct, clock.now());
 
   app.register(async (scope) => {
     scope.removeAllContentTypeParsers();
@@ -133,14 +133,14 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
     scope.post('/webhooks/mta', { bodyLimit: BODY_LIMITS.mta, onRequest: signed(requireSecret('MTA_WEBHOOK_SECRET'), (h, now) => precheckTimestamped(MTA_SCHEME, h, now)) }, async (req, reply) => {
       const body = raw(req);
       const now = clock.now();
-      verifyTimestampedHmac(MTA_SCHEME, { secret: config.MTA_WEBHOOK_SECRET!, body, headers: req.headers, nowMs: now });
+      verifyTimestampedHmac(MTA_SCHEME, { secret: config.MTA_WEBHOOK_SECRET!, body, headers: req.raw.headersDistinct, nowMs: now });
       return apply(translateMta(body, now), reply, (events) => mtaBatch.submit(events, body.length));
     });
 
     scope.post('/webhooks/relay', { bodyLimit: BODY_LIMITS.relay, onRequest: signed(requireSecret('RELAY_WEBHOOK_SECRET'), (h, now) => precheckTimestamped(RELAY_SCHEME, h, now)) }, async (req, reply) => {
       const body = raw(req);
       const now = clock.now();
-      verifyTimestampedHmac(RELAY_SCHEME, { secret: config.RELAY_WEBHOOK_SECRET!, body, headers: req.headers, nowMs: now });
+      verifyTimestampedHmac(RELAY_SCHEME, { secret: config.RELAY_WEBHOOK_SECRET!, body, headers: req.raw.headersDistinct, nowMs: now });
       return apply(translateRelay(body, now), reply);
     });
 
@@ -150,7 +150,7 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
       async (req, reply) => {
         const body = raw(req);
         const now = clock.now();
-        const { id } = verifySvix({ secret: config.RESEND_WEBHOOK_SECRET!, body, headers: req.headers, nowMs: now });
+        const { id } = verifySvix({ secret: config.RESEND_WEBHOOK_SECRET!, body, headers: req.raw.headersDistinct, nowMs: now });
         return apply(translateResend(body, id, now), reply);
       },
     );
@@ -166,7 +166,7 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
       if (body.length === 0 || batch === undefined || batch.trim() === '[]') return reply.code(200).send(IGNORED);
       if (!config.MANDRILL_WEBHOOK_KEY) throw notConfigured('MANDRILL_WEBHOOK_KEY');
       const url = config.MANDRILL_WEBHOOK_URL ?? `${config.BASE_URL}/webhooks/mandrill`;
-      verifyMandrill({ key: config.MANDRILL_WEBHOOK_KEY, url, fields, headers: req.headers });
+      verifyMandrill({ key: config.MANDRILL_WEBHOOK_KEY, url, fields, headers: req.raw.headersDistinct });
       const now = clock.now();
       const events = parseMandrillEvents(fields);
       // Mandrill's signature covers no time; the newest event's `ts` stands in for it.

@@ -13,8 +13,7 @@ import * as mimeFuncs from 'nodemailer/lib/mime-funcs';
 import * as qp from 'nodemailer/lib/qp';
 import { randomToken } from '../../shared/crypto.js';
 import { domainOf, parseMailbox, type Mailbox } from '../../shared/mail/address.js';
-import { isHeaderName } from '../../shared/mail/headers.js';
-import { MTA_OWNED_HEADERS } from './settings.js';
+import { isHeaderName, isReservedHeader } from '../../shared/mail/headers.js';
 import type { OutboundMessage } from './types.js';
 
 /** A job that cannot become a valid message (a bad address): permanent, not the remote's fault. */
@@ -164,8 +163,7 @@ export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMes
   const dropped: string[] = [];
   let extra = 0;
   for (const [name, value] of Object.entries(msg.headers ?? {})) {
-    const lower = name.toLowerCase();
-    if (!isHeaderName(name) || MTA_OWNED_HEADERS.has(lower) || typeof value !== 'string' || extra >= MAX_EXTRA_HEADERS) {
+    if (!isHeaderName(name) || isReservedHeader(name) || typeof value !== 'string' || extra >= MAX_EXTRA_HEADERS) {
       dropped.push(name);
       continue;
     }

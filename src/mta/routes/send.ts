@@ -4,7 +4,7 @@ import { AppError, badInput, forbidden } from '../../shared/errors.js';
 import { inputError, type HttpApp } from '../../shared/http.js';
 import { findInputFault, markChecked } from '../../shared/input.js';
 import { asciiDomain, domainOf, normalizeAddress, parseMailbox } from '../../shared/mail/address.js';
-import { isHeaderName } from '../../shared/mail/headers.js';
+import { isHeaderName, isReservedHeader } from '../../shared/mail/headers.js';
 import type { MtaContext } from '../context.js';
 import { GroupCommit } from '../intake.js';
 import { groupKeyOf, type EmailJob, type MtaJobPayload } from '../job.js';
@@ -115,6 +115,7 @@ function validate(m: MtaContext, body: EmailJob): MtaJobPayload {
   if (/[\r\n]/.test(body.subject)) throw badInput('subject must not contain line breaks', 'invalid_header');
   for (const [name, value] of Object.entries(body.headers ?? {})) {
     if (!isHeaderName(name)) throw badInput(`headers: "${name.slice(0, 80)}" is not a valid header name`, 'invalid_header');
+    if (isReservedHeader(name)) throw badInput(`headers: ${name} cannot be set; the MTA writes it or it belongs to a job field`, 'reserved_header');
     if (/[\r\n\0]/.test(value)) throw badInput(`headers.${name} must not contain line breaks`, 'invalid_header');
   }
   const s = body.engagementScore;
