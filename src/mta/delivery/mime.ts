@@ -60,8 +60,14 @@ function headerValue(value: string): string {
   return mimeFuncs.isPlainText(clean) ? clean : mimeFuncs.encodeWords(clean, 'Q', 52);
 }
 
+const fold = (line: string) => `${mimeFuncs.foldLines(line, 76).replace(/\r?\n/g, '\r\n').replace(/\s+$/, '')}\r\n`;
+
 function field(name: string, value: string): string {
-  return `${mimeFuncs.foldLines(`${name}: ${value}`, 76).replace(/\r?\n/g, '\r\n').replace(/\s+$/, '')}\r\n`;
+  const out = fold(`${name}: ${value}`);
+  if (out.length <= 1000 || !out.split('\r\n').some((l) => l.length > 998)) return out;
+  // A word too long to fold would break RFC 5322's 998-octet line limit (found by npm run fuzz):
+  // as encoded words it folds, and readers join them back into the same text.
+  return fold(`${name}: ${mimeFuncs.encodeWord(value, 'Q', 52)}`);
 }
 
 const CRLF_NORMALIZE = /\r\n|\r|\n/g;

@@ -2,7 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import { MtaJobAcceptedSchema, MtaJobSchema } from '../../shared/contracts/mta.js';
 import { AppError, badInput, forbidden } from '../../shared/errors.js';
 import { inputError, type HttpApp } from '../../shared/http.js';
-import { findInputFault, markChecked } from '../../shared/input.js';
+import { findInputFault, markChecked, type InputFault } from '../../shared/input.js';
 import { asciiDomain, domainOf, normalizeAddress, parseMailbox } from '../../shared/mail/address.js';
 import { isHeaderName, isReservedHeader } from '../../shared/mail/headers.js';
 import type { MtaContext } from '../context.js';
@@ -29,28 +29,13 @@ type RawJsonRequest = { rawJson?: Buffer };
 
 function sendRoute(app: HttpApp, m: MtaContext, intake: GroupCommit<MtaJobPayload>): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');
-  // The body's bytes are kept (storedJson) and decoded once for parsing.
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body, done) => {
-    let raw = body as Buffer;
-    // A UTF-8 byte order mark: JSON.parse refuses it and the stored text must not start with it.
-    if (raw.length >= 3 && raw[0] === 0xef && raw[1] === 0xbb && raw[2] === 0xbf) raw = raw.subarray(3);
-    (req as RawJsonRequest).rawJson = raw;
-    const text = raw.toString('utf8');
-    // Fastify's parser finds __proto__ / constructor keys with two regex scans of the whole
-    // text (2 % of the product's CPU at 100 KB); the edge's one iterative walk over the parsed
-    // value (../../shared/input.ts) finds them with the input policy's faults. A forbidden key,
-    // or text that does not parse, still goes to Fastify's parser, so its answers are unchanged.
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      return parseJson(req, text, done);
-    }
-    const fault = findInputFault(parsed, 'body', { forbiddenKeys: true });
-    if (fault?.reason === 'forbidden_key') return parseJson(req, text, done);
-    if (fault) return done(inputError(fault), undefined);
-    if (typeof parsed === 'object' && parsed !== null) markChecked(parsed);
-    done(null, parsed);
+    const r = readJobBody(body as Buffer);
+    (req as RawJsonRequest).rawJson = r.raw;
+    if (r.kind === 'fastify') return parseJson(req, r.text, done);
+    if (r.kind === 'fault') return done(inputError(r.fault), undefined);
+    if (typeof r.value === 'object' && r.value !== null) markChecked(r.value);
+    done(null, r.value);
   });
   app.post(
     '/send',
@@ -100,6 +85,34 @@ function sendRoute(app: HttpApp, m: MtaContext, intake: GroupCommit<MtaJobPayloa
       return { data: { jobId, messageId: payload.messageId, status: 'queued' as const } };
     },
   );
+}
+
+export type JobBody =
+  | { kind: 'parsed'; raw: Buffer; value: unknown }
+  | { kind: 'fault'; raw: Buffer; fault: InputFault }
+  /** Not JSON, or a forbidden key: Fastify's own parser answers, so the answers stay its own. */
+  | { kind: 'fastify'; raw: Buffer; text: string };
+
+/**
+ * /send's body: its bytes are kept (storedJson) and decoded once. Fastify's parser finds
+ * __proto__ / constructor keys with two regex scans of the whole text (2 % of the product's
+ * CPU at 100 KB); the edge's one iterative walk over the parsed value (../../shared/input.ts)
+ * finds them with the input policy's faults.
+ */
+export function readJobBody(body: Buffer): JobBody {
+  let raw = body;
+  // A UTF-8 byte order mark: JSON.parse refuses it and the stored text must not start with it.
+  if (raw.length >= 3 && raw[0] === 0xef && raw[1] === 0xbb && raw[2] === 0xbf) raw = raw.subarray(3);
+  const text = raw.toString('utf8');
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return { kind: 'fastify', raw, text };
+  }
+  const fault = findInputFault(value, 'body', { forbiddenKeys: true });
+  if (fault?.reason === 'forbidden_key') return { kind: 'fastify', raw, text };
+  return fault ? { kind: 'fault', raw, fault } : { kind: 'parsed', raw, value };
 }
 
 /** Field rules the schema cannot say; returns the queue payload. */
