@@ -30,10 +30,6 @@ const BODY_AJV = makeAjv({ coerceTypes: false });
 /** Query strings, params and headers are text: coerce to the schema's types. */
 const PARAM_AJV = makeAjv({ coerceTypes: 'array' });
 
-/**
- * A Fastify instance with the house rules: TypeBox schemas that reject unknown fields
- * (no silent stripping), the error envelope on every failure, no stack traces on the wire.
- */
 /** The edge's timeouts and connection cap (config HTTP_*; docs/api.md → Input policy). */
 export interface EdgeLimits {
   headersTimeoutMs: number;
@@ -58,6 +54,11 @@ export function edgeLimits(config: Partial<EdgeConfig> = {}): EdgeLimits {
   };
 }
 
+/**
+ * A Fastify instance with the house rules: TypeBox schemas that reject unknown fields
+ * (no silent stripping), the error envelope on every failure, no stack traces on the wire,
+ * and the edge: the input policy, deadlines and the per-client connection cap.
+ */
 export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProxy?: boolean | number | string | string[]; limits?: EdgeLimits }): HttpApp {
   const limits = opts.limits ?? edgeLimits();
   // Node requires the header deadline within the request's; both are checked every interval.
