@@ -1,4 +1,4 @@
-import { createHttpApp, type HttpApp } from '../shared/http.js';
+import { createHttpApp, edgeLimits, type HttpApp } from '../shared/http.js';
 import type { Services } from '../shared/services.js';
 import { healthRoutes } from './routes/health.js';
 import { EventBus } from './events.js';
@@ -26,7 +26,7 @@ export interface BackendRole {
 
 /** The backend: /api/v1, admin API, public endpoints, webhooks. Each area is one plugin. */
 export async function createBackend(s: Services, peers: BackendPeers): Promise<BackendRole> {
-  const app = createHttpApp({ log: s.log.child({ role: 'backend' }), trustProxy: s.config.TRUST_PROXY });
+  const app = createHttpApp({ log: s.log.child({ role: 'backend' }), trustProxy: s.config.TRUST_PROXY, limits: edgeLimits(s.config) });
   await registerOpenApi(app); // first: documents every route registered after it
   healthRoutes(app, s);
   const events = new EventBus({ clock: s.clock, log: s.log });

@@ -3,7 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { ConfigError } from '../shared/config.js';
 import { randomToken } from '../shared/crypto.js';
-import { createHttpApp, type HttpApp } from '../shared/http.js';
+import { createHttpApp, edgeLimits, type HttpApp } from '../shared/http.js';
 import { Worker, type JobHandler } from '../shared/queue/worker.js';
 import type { Services } from '../shared/services.js';
 import { VERSION } from '../shared/version.js';
@@ -98,7 +98,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
   const pools = parsePools(s.config.MTA_POOLS);
   if (pools.implicit) log.warn('MTA_POOLS is not set: both pools send from the address the OS chooses');
 
-  const app = createHttpApp({ log, trustProxy: s.config.TRUST_PROXY });
+  const app = createHttpApp({ log, trustProxy: s.config.TRUST_PROXY, limits: edgeLimits(s.config) });
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',

@@ -31,6 +31,13 @@ const posInt: Parser<number> = {
     return n;
   },
 };
+const nonNegInt: Parser<number> = {
+  expects: 'a whole number (0 or more)',
+  parse(v, name) {
+    if (!/^\d+$/.test(v)) throw new Error(`${name} must be ${this.expects}, got "${v}"`);
+    return Number(v);
+  },
+};
 const num: Parser<number> = {
   expects: 'a number',
   parse(v, name) {
@@ -148,6 +155,13 @@ export const SPEC = {
   QUEUE_MAX_DEPTH: v(posInt, 'pending MTA jobs above which POST /send answers 429', { default: 1_000_000 }),
   CONTENT_URL_BLOCKLIST: v(list, 'domains whose links screen a message out (adds to the MTA policy list)', { default: [] }),
   MTA_WARMED_IPS: v(list, 'sending IPs that are already warm (no warming cap)', { default: [] }),
+  // The HTTP edge of both servers (docs/api.md → Input policy). A client that does not finish
+  // in time gets 408 and the connection is closed (at most ~1.5 s after the deadline).
+  HTTP_HEADERS_TIMEOUT_MS: v(posInt, 'the request line and headers must arrive within this many ms (408 otherwise)', { default: 15_000 }),
+  HTTP_BODY_TIMEOUT_MS: v(posInt, 'the whole request, body included, must arrive within this many ms of its first byte (408 otherwise)', { default: 30_000 }),
+  HTTP_REQUEST_TIMEOUT_MS: v(posInt, 'a route must answer within this many ms of being matched (503 request_timeout otherwise)', { default: 60_000 }),
+  HTTP_KEEPALIVE_TIMEOUT_MS: v(posInt, 'an idle keep-alive connection is closed after this many ms', { default: 10_000 }),
+  HTTP_MAX_CONNECTIONS_PER_CLIENT: v(nonNegInt, 'open connections per client address (IPv6: per /64) on each server; 0: no limit', { default: 512 }),
   PUBLIC_RATE_LIMITS: v(str, 'public endpoint rate-limit overrides: name=burst/perMinute,... (docs/public-endpoints.md)'),
 } as const;
 

@@ -66,3 +66,14 @@ export function newId(prefix: string, nowMs: number = Date.now(), tail: Uint8Arr
   }
   return `${prefix}_${time}${rest}`;
 }
+
+/**
+ * The bytes of a base64url string in its one canonical form (no padding, no `+/`, zero
+ * trailing bits), or null. Node's decoder accepts many spellings of the same bytes; a token
+ * that did too would have many valid forms, each with a rate-limit bucket of its own.
+ */
+export function fromBase64urlCanonical(s: string): Buffer | null {
+  if (!/^[A-Za-z0-9_-]*$/.test(s)) return null;
+  const b = Buffer.from(s, 'base64url');
+  return b.toString('base64url') === s ? b : null;
+}

@@ -1,8 +1,13 @@
+import { validateHeaderName, validateHeaderValue } from 'node:http';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { Ajv, type Options as AjvOptions } from 'ajv';
+import { Ajv, type Options as AjvOptions, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
-import { AppError, CATEGORY_STATUS, envelope, type ErrorCategory } from './errors.js';
+import { AppError, badInput, CATEGORY_STATUS, envelope, type ErrorCategory } from './errors.js';
+import { EDGE_POLICY } from './edge-policy.js';
+import { clientErrorHandler, frameworkErrors, limitConnections } from './http-edge.js';
+import { SPEC, type Config } from './config.js';
+import { findInputFault, findRequestFault, wasChecked, type InputFault } from './input.js';
 import type { Logger } from './log.js';
 
 export type HttpApp = FastifyInstance<any, any, any, any, TypeBoxTypeProvider>;
@@ -25,29 +30,128 @@ const BODY_AJV = makeAjv({ coerceTypes: false });
 /** Query strings, params and headers are text: coerce to the schema's types. */
 const PARAM_AJV = makeAjv({ coerceTypes: 'array' });
 
+/** The edge's timeouts and connection cap (config HTTP_*; docs/api.md → Input policy). */
+export interface EdgeLimits {
+  headersTimeoutMs: number;
+  bodyTimeoutMs: number;
+  requestTimeoutMs: number;
+  keepAliveTimeoutMs: number;
+  /** 0: no limit. */
+  maxConnectionsPerClient: number;
+}
+
+type EdgeConfig = Pick<Config, 'HTTP_HEADERS_TIMEOUT_MS' | 'HTTP_BODY_TIMEOUT_MS' | 'HTTP_REQUEST_TIMEOUT_MS' | 'HTTP_KEEPALIVE_TIMEOUT_MS' | 'HTTP_MAX_CONNECTIONS_PER_CLIENT'>;
+
+/** The limits from configuration (defaults: the config table's). */
+export function edgeLimits(config: Partial<EdgeConfig> = {}): EdgeLimits {
+  const d = <K extends keyof EdgeConfig>(k: K): number => (config[k] ?? SPEC[k].default) as number;
+  return {
+    headersTimeoutMs: d('HTTP_HEADERS_TIMEOUT_MS'),
+    bodyTimeoutMs: d('HTTP_BODY_TIMEOUT_MS'),
+    requestTimeoutMs: d('HTTP_REQUEST_TIMEOUT_MS'),
+    keepAliveTimeoutMs: d('HTTP_KEEPALIVE_TIMEOUT_MS'),
+    maxConnectionsPerClient: d('HTTP_MAX_CONNECTIONS_PER_CLIENT'),
+  };
+}
+
 /**
  * A Fastify instance with the house rules: TypeBox schemas that reject unknown fields
- * (no silent stripping), the error envelope on every failure, no stack traces on the wire.
+ * (no silent stripping), the error envelope on every failure, no stack traces on the wire,
+ * and the edge: the input policy, deadlines and the per-client connection cap.
  */
-export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProxy?: boolean | number | string | readonly string[] }): HttpApp {
+export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProxy?: boolean | number | string | readonly string[]; limits?: EdgeLimits }): HttpApp {
+  const limits = opts.limits ?? edgeLimits();
+  // Node requires the header deadline within the request's; both are checked every interval.
+  const headersTimeout = Math.min(limits.headersTimeoutMs, limits.bodyTimeoutMs);
   const app = Fastify({
+    http: {
+      headersTimeout,
+      requestTimeout: limits.bodyTimeoutMs,
+      connectionsCheckingInterval: Math.max(10, Math.min(EDGE_POLICY.deadlineCheckMs, Math.ceil(headersTimeout / 4))),
+    },
+    requestTimeout: limits.bodyTimeoutMs,
+    handlerTimeout: limits.requestTimeoutMs,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
     loggerInstance: opts.log,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: opts.bodyLimit ?? 1024 * 1024,
     // A hop count is "trust the nearest N proxies" (the typings omit the number form).
     trustProxy: typeof opts.trustProxy === 'number' ? hopCount(opts.trustProxy) : typeof opts.trustProxy === 'object' ? [...opts.trustProxy] : (opts.trustProxy ?? false),
     return503OnClosing: true,
+    routerOptions: { maxParamLength: EDGE_POLICY.maxParamLength },
+    // Errors before routing and the parser's own refusals, in the envelope (./http-edge.ts);
+    // cast because the typings offer only the overloads of every server kind at once.
+    frameworkErrors: frameworkErrors as any,
+    clientErrorHandler: clientErrorHandler as any,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
+  limitConnections(app.server, limits.maxConnectionsPerClient, opts.log);
+
   app.setValidatorCompiler(({ schema, httpPart }) => {
-    const ajv = httpPart === 'body' ? BODY_AJV : PARAM_AJV;
-    return ajv.compile(schema) as any;
+    if (httpPart === 'body') return BODY_AJV.compile(schema) as any;
+    return decimalOnly(schema as TSchemaLike, PARAM_AJV.compile(schema)) as any;
   });
   app.setErrorHandler(errorHandler);
+  // The input policy (./input.ts), before any route's own hooks: path, query and headers as
+  // soon as the route is known, the parsed body before validation.
+  app.addHook('onRequest', (req, _reply, done) => {
+    const fault = findRequestFault(req);
+    done(fault ? inputError(fault) : undefined);
+  });
+  app.addHook('preValidation', (req, _reply, done) => {
+    const fault = req.body === undefined || wasChecked(req.body) ? null : findInputFault(req.body, 'body');
+    done(fault ? inputError(fault) : undefined);
+  });
   app.setNotFoundHandler((req, reply) => {
     reply.code(404).send(envelope('not_found', `Route not found: ${req.method} ${req.url.split('?')[0]}`));
   });
   return app;
+}
+
+type TSchemaLike = { type?: unknown; properties?: Record<string, TSchemaLike>; anyOf?: TSchemaLike[] };
+const DECIMAL = { integer: /^-?\d+$/, number: /^-?\d+(\.\d+)?$/ } as const;
+
+/** The numeric type a property of a query/params/headers schema accepts, if any. */
+function numericType(s: TSchemaLike | undefined): 'integer' | 'number' | null {
+  if (!s) return null;
+  if (s.type === 'integer' || s.type === 'number') return s.type;
+  for (const alt of s.anyOf ?? []) {
+    const t = numericType(alt);
+    if (t) return t;
+  }
+  return null;
+}
+
+/**
+ * Ajv coerces text to numbers as JavaScript does (`0x10` is 16, `1e3` is 1000, ` 5 ` is 5):
+ * numbers in a URL or header are plain decimals here, anything else fails validation.
+ */
+function decimalOnly(schema: TSchemaLike, validate: ValidateFunction): ValidateFunction {
+  const numeric = Object.entries(schema.properties ?? {}).flatMap(([k, p]) => {
+    const t = numericType(p);
+    return t ? [[k, DECIMAL[t]] as const] : [];
+  });
+  if (numeric.length === 0) return validate;
+  const wrapped = ((data: Record<string, unknown> | undefined) => {
+    for (const [k, re] of numeric) {
+      const v = data?.[k];
+      for (const x of Array.isArray(v) ? v : [v]) {
+        if (typeof x === 'string' && !re.test(x)) {
+          wrapped.errors = [{ instancePath: `/${k}`, schemaPath: '', keyword: 'type', params: {}, message: 'must be a decimal number' }];
+          return false;
+        }
+      }
+    }
+    const ok = validate(data);
+    wrapped.errors = validate.errors;
+    return ok;
+  }) as ValidateFunction;
+  return wrapped;
+}
+
+export function inputError(f: InputFault): AppError {
+  // A forbidden key is what Fastify's own JSON parser refuses: the same answer as there.
+  return f.reason === 'forbidden_key' ? badInput('Request body is not valid JSON', 'invalid_json') : badInput(f.message, f.reason);
 }
 
 function validationMessage(err: FastifyError): string {
@@ -64,6 +168,10 @@ function validationMessage(err: FastifyError): string {
 }
 
 export function errorHandler(err: FastifyError | AppError, req: FastifyRequest, reply: FastifyReply): void {
+  // A header Node refuses (CR/LF in a Location) fails the answer itself: without it, the
+  // error below still goes out in the envelope instead of Fastify's fallback.
+  const code = (err as { code?: string }).code;
+  if (code === 'ERR_INVALID_CHAR' || code === 'ERR_HTTP_INVALID_HEADER_VALUE') dropInvalidHeaders(reply);
   if (err instanceof AppError) {
     reply.code(err.status).headers(err.headers).send(err.toEnvelope());
     return;
@@ -85,6 +193,9 @@ export function errorHandler(err: FastifyError | AppError, req: FastifyRequest, 
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       reply.code(400).send(envelope('invalid_input', 'Request body is empty but Content-Type is application/json', 'invalid_json'));
       return;
+    case 'FST_ERR_HANDLER_TIMEOUT':
+      reply.code(503).send(envelope('unavailable', 'The request took too long to answer', 'request_timeout'));
+      return;
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       reply.code(400).send(envelope('invalid_input', 'Request body is not valid JSON', 'invalid_json'));
       return;
@@ -97,6 +208,17 @@ export function errorHandler(err: FastifyError | AppError, req: FastifyRequest, 
   }
   const message = fe instanceof SyntaxError ? 'Request body is not valid JSON' : fe.message;
   reply.code(status).send(envelope(STATUS_CATEGORY[status] ?? 'invalid_input', message));
+}
+
+function dropInvalidHeaders(reply: FastifyReply): void {
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    try {
+      validateHeaderName(name);
+      for (const v of Array.isArray(value) ? value : [value]) validateHeaderValue(name, String(v));
+    } catch {
+      reply.removeHeader(name);
+    }
+  }
 }
 
 function hopCount(hops: number) {

@@ -14,7 +14,7 @@
  * Tokens are integrity-protected, not encrypted: never put a secret in `data`.
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto';
-import { hmacSha256 } from './crypto.js';
+import { fromBase64urlCanonical, hmacSha256 } from './crypto.js';
 import type { Db } from './db/pool.js';
 
 const MAC_BYTES = 16;
@@ -47,8 +47,9 @@ export class Signer {
     const dot = token.indexOf('.');
     if (dot <= 0 || dot !== token.lastIndexOf('.')) return { ok: false, reason: 'malformed' };
     const encoded = token.slice(0, dot);
-    const given = Buffer.from(token.slice(dot + 1), 'base64url');
-    if (given.length !== MAC_BYTES) return { ok: false, reason: 'malformed' };
+    // One spelling per token: the MAC is compared as bytes, so its text must be canonical.
+    const given = fromBase64urlCanonical(token.slice(dot + 1));
+    if (given?.length !== MAC_BYTES || fromBase64urlCanonical(encoded) === null) return { ok: false, reason: 'malformed' };
     if (!timingSafeEqual(given, this.mac(purpose, encoded))) return { ok: false, reason: 'bad_signature' };
     let body: { d?: unknown; e?: unknown };
     try {

@@ -1,6 +1,6 @@
 /** POST /send: validation, authentication and scoping, engagement bands, idempotency, back-pressure. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { hasForbiddenKey } from '../../src/mta/routes/send.js';
+import { findInputFault } from '../../src/shared/input.js';
 import { emailJob, MASTER, startMta, type TestMta } from './helpers.js';
 
 let t: TestMta;
@@ -114,7 +114,8 @@ describe('accepting a job', () => {
     expect(await depth()).toBe(before + 1);
   });
 
-  it('hasForbiddenKey: the keys secure-json-parse refuses, at any depth, and nothing else', () => {
+  it('the edge walk finds the keys secure-json-parse refuses, at any depth, and nothing else', () => {
+    const hasForbiddenKey = (v: unknown) => findInputFault(v, 'body', { forbiddenKeys: true })?.reason === 'forbidden_key';
     expect(hasForbiddenKey(JSON.parse('{"a":[{"b":{"__proto__":1}}]}'))).toBe(true);
     expect(hasForbiddenKey(JSON.parse('{"a":{"constructor":{"prototype":{}}}}'))).toBe(true);
     expect(hasForbiddenKey(JSON.parse('{"constructor":"a string","proto":{"prototype":1},"x":["__proto__"]}'))).toBe(false);
@@ -220,9 +221,9 @@ describe('validation', () => {
     ['a header with CRLF injection', { headers: { 'X-Ok': 'a\r\nBcc: evil@x.example' } }, /line breaks/],
     ['a bad header name', { headers: { 'Bad Name': 'v' } }, /header name/],
     ['a subject with a line break', { subject: 'a\nb' }, /subject/],
-    // PostgreSQL's jsonb cannot store these; refused up front instead of failing a write batch.
-    ['a NUL character in the HTML', { html: '<p>a\u0000b</p>' }, /html must not contain NUL/],
-    ['an unpaired surrogate in the subject', { subject: 'broken \ud800 text' }, /subject must not contain NUL characters or unpaired/],
+    // PostgreSQL's jsonb cannot store these; refused at the edge (src/shared/input.ts) instead of failing a write batch.
+    ['a NUL character in the HTML', { html: '<p>a\u0000b</p>' }, /^body\.html contains a NUL character/],
+    ['an unpaired surrogate in the subject', { subject: 'broken \ud800 text' }, /^body\.subject contains an unpaired UTF-16 surrogate/],
   ];
   for (const [what, over, message] of bad) {
     it(`rejects ${what} with 400 invalid_input and stores nothing`, async () => {

@@ -14,7 +14,7 @@ export function idempotencyKey(req: FastifyRequest): string | undefined {
   return v;
 }
 
-/** JSON with object keys sorted, so the same request always hashes the same. */
+/** JSON with object keys sorted, so the same request always hashes the same. Recursive: the edge bounds the body's depth (src/shared/input.ts). */
 function canonical(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
   if (v && typeof v === 'object') {

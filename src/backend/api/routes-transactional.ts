@@ -9,19 +9,12 @@ import { Type, type Static } from '@sinclair/typebox';
 import { badInput, notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
 import { formatMailbox, parseMailbox } from '../../shared/mail/address.js';
-import { isHeaderName } from '../../shared/mail/headers.js';
+import { isHeaderName, isReservedHeader } from '../../shared/mail/headers.js';
 import type { ApiDeps } from './deps.js';
 import { idempotencyKey, requestHash } from './idempotency.js';
 import { TRANSACTIONAL } from './policy.js';
 import { API_ERRORS, errors } from './schemas.js';
-import { referencedVariables, render, type Variables } from './template.js';
-
-/** Headers the message structure, authentication or tracking own; a request may not set them. */
-const RESERVED_HEADERS = new Set([
-  'from', 'to', 'cc', 'bcc', 'subject', 'reply-to', 'sender', 'date', 'message-id', 'mime-version', 'content-type',
-  'content-transfer-encoding', 'dkim-signature', 'arc-seal', 'arc-message-signature', 'arc-authentication-results',
-  'authentication-results', 'received', 'return-path', 'cfbl-address', 'cfbl-feedback-id', 'x-lettermill-send-id',
-]);
+import { hasVariable, referencedVariables, render, type Variables } from './template.js';
 
 const Address = Type.String({ minLength: 3, maxLength: 512 });
 const VariableValue = Type.Union([Type.String({ maxLength: 10_000 }), Type.Number(), Type.Boolean(), Type.Null()]);
@@ -91,7 +84,7 @@ export function transactionalRoutes(app: HttpApp, d: ApiDeps): void {
       if (!subject) throw badInput('subject is required', 'validation_error');
       if (!html && !text) throw badInput('Give html, text or templateId', 'validation_error');
       const vars: Variables = b.variables ?? {};
-      const missing = [...referencedVariables(subject, html, text)].filter((n) => !(n in vars));
+      const missing = [...referencedVariables(subject, html, text)].filter((n) => !hasVariable(vars, n));
       if (missing.length) throw badInput(`Missing variables: ${missing.join(', ')}`, 'missing_variables');
       subject = render(subject, vars, false);
       if (/[\r\n]/.test(subject)) throw badInput('subject must be a single line', 'validation_error');
@@ -122,7 +115,7 @@ function checkHeaders(h: Record<string, string> | undefined): Record<string, str
   if (!h) return undefined;
   for (const [name, value] of Object.entries(h)) {
     if (!isHeaderName(name)) throw badInput(`Invalid header name: ${JSON.stringify(name.slice(0, 80))}`, 'invalid_header');
-    if (RESERVED_HEADERS.has(name.toLowerCase())) throw badInput(`Header ${name} cannot be set; use the matching field`, 'reserved_header');
+    if (isReservedHeader(name)) throw badInput(`Header ${name} cannot be set; use the matching field`, 'reserved_header');
     if (/[\r\n\0]/.test(value)) throw badInput(`Header ${name} must be a single line`, 'invalid_header');
   }
   return h;

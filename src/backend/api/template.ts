@@ -18,9 +18,12 @@ export function referencedVariables(...parts: (string | undefined)[]): Set<strin
   return names;
 }
 
+/** Whether `vars` defines `name` itself: `constructor` or `toString` on the prototype are not variables. */
+export const hasVariable = (vars: Variables, name: string): boolean => Object.hasOwn(vars, name);
+
 export function render(template: string, vars: Variables, html: boolean): string {
   return template.replace(VAR, (_, name: string) => {
-    const v = vars[name];
+    const v = hasVariable(vars, name) ? vars[name] : undefined;
     const s = v === null || v === undefined ? '' : String(v);
     return html ? escapeHtml(s) : s;
   });

@@ -1,8 +1,9 @@
 /**
  * POST /webhooks/{mta,ses,resend,mandrill,relay}: each route only verifies and translates;
  * applyFeedback() has the effects. In this encapsulated scope every body is kept as the raw
- * Buffer (signatures are over bytes), each route has its own size limit, and a route whose
- * secret is unset answers 503 before its body is read.
+ * Buffer (signatures are over bytes), each route has its own size limit, and before a body is
+ * read: a route whose secret is unset answers 503, missing signature headers or a stale
+ * timestamp 401, and a full budget of bodies in transit 503 `busy`.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Clock } from '../../shared/clock.js';
@@ -12,14 +13,16 @@ import type { HttpApp } from '../../shared/http.js';
 import type { Logger } from '../../shared/log.js';
 import { FeedbackFormatError, type FeedbackEvent, type Translation } from './lifecycle.js';
 import { Batcher } from '../../shared/batch.js';
+import { BodyBudget } from '../../shared/body-budget.js';
+import { WEBHOOK_BODY_BUDGET_BYTES } from './policy.js';
 import { applyFeedback, applyFeedbackGroups, type ApplyResult, type PipelineDeps } from './pipeline.js';
 import { mandrillBatchTime, parseMandrillEvents, translateMandrill } from './translate/mandrill.js';
 import { translateMta } from './translate/mta.js';
 import { translateRelay } from './translate/relay.js';
 import { translateResend } from './translate/resend.js';
 import { translateSes } from './translate/ses.js';
-import { checkTolerance, VerificationError } from './verify/common.js';
-import { MTA_SCHEME, RELAY_SCHEME, verifyTimestampedHmac } from './verify/hmac.js';
+import { checkTolerance, VerificationError, type HeaderBag } from './verify/common.js';
+import { MTA_SCHEME, precheckTimestamped, RELAY_SCHEME, verifyTimestampedHmac } from './verify/hmac.js';
 import { parseFormFields, verifyMandrill } from './verify/mandrill.js';
 import {
   httpsTextFetcher,
@@ -32,7 +35,7 @@ import {
   verifySnsMessage,
   type TextFetcher,
 } from './verify/sns.js';
-import { svixKey, verifySvix } from './verify/svix.js';
+import { precheckSvix, svixKey, verifySvix } from './verify/svix.js';
 
 /** Group commit of MTA events: transactions in flight, events and bytes per transaction. */
 const MTA_EVENT_BATCH = { maxInFlight: 2, maxItems: 200, maxBytes: 4 * 1024 * 1024 };
@@ -112,6 +115,12 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
   const mtaBatch = new Batcher<FeedbackEvent[], ApplyResult>((groups) => applyFeedbackGroups(deps, groups), MTA_EVENT_BATCH, () => true);
   app.addHook('onClose', async () => mtaBatch.drain());
 
+  // Cheap checks before a body is read: the signature headers and the timestamp, then room
+  // in the budget of bodies being received (a forged header costs nothing to send).
+  const budget = new BodyBudget(WEBHOOK_BODY_BUDGET_BYTES);
+  const precheck = (check: (headers: HeaderBag, nowMs: number) => void) =>
+    async (req: FastifyRequest) => check(req.raw.headersDistinct, clock.now());
+
   app.register(async (scope) => {
     scope.removeAllContentTypeParsers();
     scope.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
@@ -122,27 +131,28 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
     });
     const raw = (req: FastifyRequest): Buffer => (Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
 
-    scope.post('/webhooks/mta', { bodyLimit: BODY_LIMITS.mta, onRequest: requireSecret('MTA_WEBHOOK_SECRET') }, async (req, reply) => {
+    const signed = (secret: ReturnType<typeof requireSecret>, check: Parameters<typeof precheck>[0]) => [secret, precheck(check), budget.reserve];
+    scope.post('/webhooks/mta', { bodyLimit: BODY_LIMITS.mta, onRequest: signed(requireSecret('MTA_WEBHOOK_SECRET'), (h, now) => precheckTimestamped(MTA_SCHEME, h, now)) }, async (req, reply) => {
       const body = raw(req);
       const now = clock.now();
-      verifyTimestampedHmac(MTA_SCHEME, { secret: config.MTA_WEBHOOK_SECRET!, body, headers: req.headers, nowMs: now });
+      verifyTimestampedHmac(MTA_SCHEME, { secret: config.MTA_WEBHOOK_SECRET!, body, headers: req.raw.headersDistinct, nowMs: now });
       return apply(translateMta(body, now), reply, (events) => mtaBatch.submit(events, body.length));
     });
 
-    scope.post('/webhooks/relay', { bodyLimit: BODY_LIMITS.relay, onRequest: requireSecret('RELAY_WEBHOOK_SECRET') }, async (req, reply) => {
+    scope.post('/webhooks/relay', { bodyLimit: BODY_LIMITS.relay, onRequest: signed(requireSecret('RELAY_WEBHOOK_SECRET'), (h, now) => precheckTimestamped(RELAY_SCHEME, h, now)) }, async (req, reply) => {
       const body = raw(req);
       const now = clock.now();
-      verifyTimestampedHmac(RELAY_SCHEME, { secret: config.RELAY_WEBHOOK_SECRET!, body, headers: req.headers, nowMs: now });
+      verifyTimestampedHmac(RELAY_SCHEME, { secret: config.RELAY_WEBHOOK_SECRET!, body, headers: req.raw.headersDistinct, nowMs: now });
       return apply(translateRelay(body, now), reply);
     });
 
     scope.post(
       '/webhooks/resend',
-      { bodyLimit: BODY_LIMITS.resend, onRequest: requireSecret('RESEND_WEBHOOK_SECRET', resendKeyValid) },
+      { bodyLimit: BODY_LIMITS.resend, onRequest: signed(requireSecret('RESEND_WEBHOOK_SECRET', resendKeyValid), precheckSvix) },
       async (req, reply) => {
         const body = raw(req);
         const now = clock.now();
-        const { id } = verifySvix({ secret: config.RESEND_WEBHOOK_SECRET!, body, headers: req.headers, nowMs: now });
+        const { id } = verifySvix({ secret: config.RESEND_WEBHOOK_SECRET!, body, headers: req.raw.headersDistinct, nowMs: now });
         return apply(translateResend(body, id, now), reply);
       },
     );
@@ -150,14 +160,15 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
     // Mandrill checks a new webhook URL with HEAD (and may POST an empty batch) before it
     // shows the key: both succeed and do nothing, even while the key is not configured yet.
     scope.head('/webhooks/mandrill', async (_req, reply) => reply.code(200).send());
-    scope.post('/webhooks/mandrill', { bodyLimit: BODY_LIMITS.mandrill }, async (req, reply) => {
+    // Mandrill's signature covers the form fields and SNS's is inside the body: only the budget applies before it.
+    scope.post('/webhooks/mandrill', { bodyLimit: BODY_LIMITS.mandrill, onRequest: budget.reserve }, async (req, reply) => {
       const body = raw(req);
       const fields = parseFormFields(body);
       const batch = fields.get('mandrill_events');
       if (body.length === 0 || batch === undefined || batch.trim() === '[]') return reply.code(200).send(IGNORED);
       if (!config.MANDRILL_WEBHOOK_KEY) throw notConfigured('MANDRILL_WEBHOOK_KEY');
       const url = config.MANDRILL_WEBHOOK_URL ?? `${config.BASE_URL}/webhooks/mandrill`;
-      verifyMandrill({ key: config.MANDRILL_WEBHOOK_KEY, url, fields, headers: req.headers });
+      verifyMandrill({ key: config.MANDRILL_WEBHOOK_KEY, url, fields, headers: req.raw.headersDistinct });
       const now = clock.now();
       const events = parseMandrillEvents(fields);
       // Mandrill's signature covers no time; the newest event's `ts` stands in for it.
@@ -167,7 +178,7 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
       return apply(translateMandrill(events, now), reply);
     });
 
-    scope.post('/webhooks/ses', { bodyLimit: BODY_LIMITS.ses, onRequest: requireSecret('SES_SNS_TOPIC_ARNS', (config.SES_SNS_TOPIC_ARNS?.length ?? 0) > 0) }, async (req, reply) => {
+    scope.post('/webhooks/ses', { bodyLimit: BODY_LIMITS.ses, onRequest: [requireSecret('SES_SNS_TOPIC_ARNS', (config.SES_SNS_TOPIC_ARNS?.length ?? 0) > 0), budget.reserve] }, async (req, reply) => {
       const body = raw(req);
       const now = clock.now();
       const msg = parseSnsMessage(body);

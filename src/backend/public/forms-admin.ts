@@ -37,6 +37,9 @@ const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 100 })
 
 function checkRedirect(url: string | null | undefined): void {
   if (url === null || url === undefined) return;
+  // The URL parser drops CR, LF and tabs silently; the stored text must be the URL itself.
+  // eslint-disable-next-line no-control-regex -- control characters are what is refused
+  if (/[\x00-\x20\x7f]/.test(url)) throw badInput('redirectUrl must not contain spaces or control characters', 'validation_error');
   let u: URL;
   try {
     u = new URL(url);

@@ -22,7 +22,8 @@ import { newId } from '../../shared/crypto.js';
 import type { Db } from '../../shared/db/pool.js';
 import { tx } from '../../shared/db/pool.js';
 import { AppError, badInput, forbidden, notFound } from '../../shared/errors.js';
-import type { HttpApp } from '../../shared/http.js';
+import { inputError, type HttpApp } from '../../shared/http.js';
+import { findInputFault } from '../../shared/input.js';
 import type { Logger } from '../../shared/log.js';
 import { normalizeAddress } from '../../shared/mail/address.js';
 import type { Signer } from '../../shared/signing.js';
@@ -72,6 +73,9 @@ function addField(fields: Fields, rawName: string, rawValue: unknown): void {
   else if (Array.isArray(rawValue) && rawValue.every((v) => typeof v === 'string')) value = rawValue.join(', ');
   else throw invalid(`Field ${name} must be a single value`);
   if (value.length > FORM_LIMITS.maxFieldValueLength) throw invalid(`Field ${name} is longer than ${FORM_LIMITS.maxFieldValueLength} characters`);
+  // Multipart fields are read here, after the edge's body check (src/shared/input.ts): the same rule.
+  const fault = findInputFault({ [name]: value }, 'body');
+  if (fault) throw inputError(fault);
   const key = canonical(name);
   fields.set(key, fields.has(key) && value === '' ? fields.get(key)! : value.trim());
   if (fields.size > FORM_LIMITS.maxFields) throw invalid(`At most ${FORM_LIMITS.maxFields} fields are accepted`);
@@ -109,10 +113,20 @@ async function readFields(req: FastifyRequest): Promise<Fields> {
   return fields;
 }
 
-function withPending(url: string): string {
-  const u = new URL(url);
-  u.searchParams.set('confirmation', 'pending');
-  return u.toString();
+/**
+ * The Location of a form's redirect, computed before anything is written: a URL's WHATWG
+ * serialization is printable ASCII, so the answer cannot fail after the contact is stored
+ * (a stored URL with CR/LF once made it a 500 after the write). Unusable: no redirect.
+ */
+function redirectLocation(url: string | null, pending: boolean): string | null {
+  if (!url) return null;
+  try {
+    const u = new URL(url);
+    if (pending) u.searchParams.set('confirmation', 'pending');
+    return u.href;
+  } catch {
+    return null;
+  }
 }
 
 export function formRoutes(app: HttpApp, d: FormDeps): void {
@@ -136,11 +150,12 @@ export function formRoutes(app: HttpApp, d: FormDeps): void {
         ? ((await d.db.query<{ id: string; name: string; require_double_opt_in: boolean }>('SELECT id, name, require_double_opt_in FROM topics WHERE id = $1', [form.topic_id])).rows[0] ?? null)
         : null;
       const doubleOptIn = form.double_opt_in || (topic?.require_double_opt_in ?? false);
+      const location = redirectLocation(form.redirect_url, doubleOptIn);
 
       // A bot filled the hidden field: answer as usual, keep nothing.
       if (fields.get(canonical(form.honeypot_field))) {
         req.log.info({ formId: form.id }, 'form honeypot filled; submission discarded');
-        return succeed(reply, form, doubleOptIn);
+        return succeed(reply, location, doubleOptIn);
       }
 
       const rawEmail = fields.get('email') ?? '';
@@ -160,13 +175,13 @@ export function formRoutes(app: HttpApp, d: FormDeps): void {
       } else {
         await subscribeNow(d, form, topic, { email, firstName, lastName });
       }
-      return succeed(reply, form, doubleOptIn);
+      return succeed(reply, location, doubleOptIn);
     },
   );
 }
 
-function succeed(reply: FastifyReply, form: FormRow, pending: boolean) {
-  if (form.redirect_url) return reply.redirect(pending ? withPending(form.redirect_url) : form.redirect_url, 302);
+function succeed(reply: FastifyReply, location: string | null, pending: boolean) {
+  if (location) return reply.redirect(location, 302);
   return reply.code(200).send({
     ok: true,
     data: pending ? { message: FORM_MESSAGES.pending, confirmationRequired: true } : { message: FORM_MESSAGES.subscribed },

@@ -10,7 +10,7 @@
  * a fixed purpose and body is a deterministic secret of that key, hashed into a subkey.
  */
 import { createHash, createHmac } from 'node:crypto';
-import { safeEqual } from '../../shared/crypto.js';
+import { fromBase64urlCanonical, safeEqual } from '../../shared/crypto.js';
 import type { Signer } from '../../shared/signing.js';
 
 const TAG_BYTES = 16;
@@ -46,8 +46,10 @@ export class LinkSigner {
   /** The original URL, or null when the link was not made for this send. */
   decode(emailSendId: string, encoded: string): string | null {
     const p = encoded.split('.');
-    if (p.length !== 4 || !/^[A-Za-z0-9_-]+$/.test(p[0]!) || !GROUP_RE.test(p[1]!)) return null;
-    const url = Buffer.from(p[0]!, 'base64url').toString('utf8');
+    if (p.length !== 4 || !GROUP_RE.test(p[1]!)) return null;
+    // One spelling per link: the URL's encoding must be the one urlPart() makes.
+    const url = fromBase64urlCanonical(p[0]!)?.toString('utf8');
+    if (!url || Buffer.from(url, 'utf8').toString('base64url') !== p[0]) return null;
     const okUrl = safeEqual(this.tag('u', p[1]!, url), p[2]!);
     const okMsg = safeEqual(this.tag('m', p[1]!, emailSendId), p[3]!);
     return okUrl && okMsg && isTrackableUrl(url) ? url : null;

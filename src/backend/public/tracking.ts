@@ -6,7 +6,9 @@
  */
 import type { Clock } from '../../shared/clock.js';
 import { notFound } from '../../shared/errors.js';
+import type { FastifyReply } from 'fastify';
 import type { HttpApp } from '../../shared/http.js';
+import { answerAlways } from '../../shared/http-edge.js';
 import { classifyClick, classifyOpen } from './machine.js';
 import type { PublicRateLimiter } from './rate-limit.js';
 import type { LinkSigner } from './tracked-links.js';
@@ -35,7 +37,11 @@ export interface TrackingDeps {
 }
 
 export function trackingRoutes(app: HttpApp, d: TrackingDeps): void {
-  app.get('/t/o/:emailSendId', async (req, reply) => {
+  // A mail client always gets the image: also for a refused input, a rate limit, a broken
+  // URL or a request Node's parser refuses (src/shared/http-edge.ts). Nothing is recorded then.
+  answerAlways(app.server, { prefix: '/t/o/', methods: ['GET', 'HEAD'], status: 200, headers: PIXEL_HEADERS, body: PIXEL_GIF });
+  const pixel = (_err: unknown, _req: unknown, reply: FastifyReply) => reply.code(200).headers(PIXEL_HEADERS).send(PIXEL_GIF);
+  app.get('/t/o/:emailSendId', { errorHandler: pixel }, async (req, reply) => {
     await d.limiter.take('tracking', req);
     const { emailSendId } = req.params as { emailSendId: string };
     if (SEND_ID_RE.test(emailSendId)) {

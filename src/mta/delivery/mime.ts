@@ -13,8 +13,7 @@ import * as mimeFuncs from 'nodemailer/lib/mime-funcs';
 import * as qp from 'nodemailer/lib/qp';
 import { randomToken } from '../../shared/crypto.js';
 import { domainOf, parseMailbox, type Mailbox } from '../../shared/mail/address.js';
-import { isHeaderName } from '../../shared/mail/headers.js';
-import { MTA_OWNED_HEADERS } from './settings.js';
+import { isHeaderName, isReservedHeader } from '../../shared/mail/headers.js';
 import type { OutboundMessage } from './types.js';
 
 /** A job that cannot become a valid message (a bad address): permanent, not the remote's fault. */
@@ -61,8 +60,14 @@ function headerValue(value: string): string {
   return mimeFuncs.isPlainText(clean) ? clean : mimeFuncs.encodeWords(clean, 'Q', 52);
 }
 
+const fold = (line: string) => `${mimeFuncs.foldLines(line, 76).replace(/\r?\n/g, '\r\n').replace(/\s+$/, '')}\r\n`;
+
 function field(name: string, value: string): string {
-  return `${mimeFuncs.foldLines(`${name}: ${value}`, 76).replace(/\r?\n/g, '\r\n').replace(/\s+$/, '')}\r\n`;
+  const out = fold(`${name}: ${value}`);
+  if (out.length <= 1000 || !out.split('\r\n').some((l) => l.length > 998)) return out;
+  // A word too long to fold would break RFC 5322's 998-octet line limit (found by npm run fuzz):
+  // as encoded words it folds, and readers join them back into the same text.
+  return fold(`${name}: ${mimeFuncs.encodeWord(value, 'Q', 52)}`);
 }
 
 const CRLF_NORMALIZE = /\r\n|\r|\n/g;
@@ -164,8 +169,7 @@ export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMes
   const dropped: string[] = [];
   let extra = 0;
   for (const [name, value] of Object.entries(msg.headers ?? {})) {
-    const lower = name.toLowerCase();
-    if (!isHeaderName(name) || MTA_OWNED_HEADERS.has(lower) || typeof value !== 'string' || extra >= MAX_EXTRA_HEADERS) {
+    if (!isHeaderName(name) || isReservedHeader(name) || typeof value !== 'string' || extra >= MAX_EXTRA_HEADERS) {
       dropped.push(name);
       continue;
     }

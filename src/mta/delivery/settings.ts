@@ -32,6 +32,12 @@ export const DELIVERY = {
   dnsTries: 2,
   /** spec: DKIM keys cached in memory for 5 minutes. */
   dkimKeyCacheMs: 5 * 60_000,
+  /**
+   * A domain without a key is remembered this briefly: the first sends after an operator adds
+   * the key (on any instance of the fleet) find it on their next attempt instead of deferring
+   * for 5 minutes. A lookup is one indexed query.
+   */
+  dkimMissingKeyCacheMs: 5_000,
   /** spec: provenance kept 16 days; pruned this often. */
   provenanceRetentionMs: 16 * 24 * 3_600_000,
   provenancePruneIntervalMs: 3_600_000,
@@ -39,32 +45,6 @@ export const DELIVERY = {
   provenanceFlushMs: 5,
   provenanceBatchMax: 500,
 } as const;
-
-/**
- * Headers the MTA writes itself: caller copies are dropped (any case) so nobody can forge
- * them or make the signed set ambiguous. CFBL headers are listed now so a caller cannot
- * inject them before the CFBL emission lands.
- */
-export const MTA_OWNED_HEADERS: ReadonlySet<string> = new Set([
-  'from',
-  'to',
-  'cc',
-  'bcc',
-  'subject',
-  'date',
-  'message-id',
-  'reply-to',
-  'sender',
-  'return-path',
-  'mime-version',
-  'content-type',
-  'content-transfer-encoding',
-  'content-disposition',
-  'dkim-signature',
-  'received',
-  'cfbl-address',
-  'cfbl-feedback-id',
-]);
 
 /**
  * DKIM signed-header set, in signing order. `oversign` lists the name once more than it

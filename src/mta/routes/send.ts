@@ -1,9 +1,10 @@
 import { isUtf8 } from 'node:buffer';
 import { MtaJobAcceptedSchema, MtaJobSchema } from '../../shared/contracts/mta.js';
 import { AppError, badInput, forbidden } from '../../shared/errors.js';
-import type { HttpApp } from '../../shared/http.js';
+import { inputError, type HttpApp } from '../../shared/http.js';
+import { findInputFault, markChecked, type InputFault } from '../../shared/input.js';
 import { asciiDomain, domainOf, normalizeAddress, parseMailbox } from '../../shared/mail/address.js';
-import { isHeaderName } from '../../shared/mail/headers.js';
+import { isHeaderName, isReservedHeader } from '../../shared/mail/headers.js';
 import type { MtaContext } from '../context.js';
 import { GroupCommit } from '../intake.js';
 import { groupKeyOf, type EmailJob, type MtaJobPayload } from '../job.js';
@@ -28,25 +29,13 @@ type RawJsonRequest = { rawJson?: Buffer };
 
 function sendRoute(app: HttpApp, m: MtaContext, intake: GroupCommit<MtaJobPayload>): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');
-  // The body's bytes are kept (storedJson) and decoded once for parsing.
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body, done) => {
-    let raw = body as Buffer;
-    // A UTF-8 byte order mark: JSON.parse refuses it and the stored text must not start with it.
-    if (raw.length >= 3 && raw[0] === 0xef && raw[1] === 0xbb && raw[2] === 0xbf) raw = raw.subarray(3);
-    (req as RawJsonRequest).rawJson = raw;
-    const text = raw.toString('utf8');
-    // Fastify's parser finds __proto__ / constructor keys with two regex scans of the whole
-    // text (2 % of the product's CPU at 100 KB); walking the parsed keys is the same rule for
-    // a few dozen keys. Anything it would refuse, or cannot parse, still goes to it, so its
-    // answers are unchanged.
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      return parseJson(req, text, done);
-    }
-    if (hasForbiddenKey(parsed)) return parseJson(req, text, done);
-    done(null, parsed);
+    const r = readJobBody(body as Buffer);
+    (req as RawJsonRequest).rawJson = r.raw;
+    if (r.kind === 'fastify') return parseJson(req, r.text, done);
+    if (r.kind === 'fault') return done(inputError(r.fault), undefined);
+    if (typeof r.value === 'object' && r.value !== null) markChecked(r.value);
+    done(null, r.value);
   });
   app.post(
     '/send',
@@ -98,16 +87,32 @@ function sendRoute(app: HttpApp, m: MtaContext, intake: GroupCommit<MtaJobPayloa
   );
 }
 
-/** A `__proto__` key, or a `constructor` key holding a `prototype` (what secure-json-parse refuses), at any depth. */
-export function hasForbiddenKey(value: unknown): boolean {
-  if (value === null || typeof value !== 'object') return false;
-  for (const key of Object.keys(value)) {
-    const v = (value as Record<string, unknown>)[key];
-    if (key === '__proto__') return true;
-    if (key === 'constructor' && v !== null && typeof v === 'object' && Object.hasOwn(v, 'prototype')) return true;
-    if (hasForbiddenKey(v)) return true;
+export type JobBody =
+  | { kind: 'parsed'; raw: Buffer; value: unknown }
+  | { kind: 'fault'; raw: Buffer; fault: InputFault }
+  /** Not JSON, or a forbidden key: Fastify's own parser answers, so the answers stay its own. */
+  | { kind: 'fastify'; raw: Buffer; text: string };
+
+/**
+ * /send's body: its bytes are kept (storedJson) and decoded once. Fastify's parser finds
+ * __proto__ / constructor keys with two regex scans of the whole text (2 % of the product's
+ * CPU at 100 KB); the edge's one iterative walk over the parsed value (../../shared/input.ts)
+ * finds them with the input policy's faults.
+ */
+export function readJobBody(body: Buffer): JobBody {
+  let raw = body;
+  // A UTF-8 byte order mark: JSON.parse refuses it and the stored text must not start with it.
+  if (raw.length >= 3 && raw[0] === 0xef && raw[1] === 0xbb && raw[2] === 0xbf) raw = raw.subarray(3);
+  const text = raw.toString('utf8');
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return { kind: 'fastify', raw, text };
   }
-  return false;
+  const fault = findInputFault(value, 'body', { forbiddenKeys: true });
+  if (fault?.reason === 'forbidden_key') return { kind: 'fastify', raw, text };
+  return fault ? { kind: 'fault', raw, fault } : { kind: 'parsed', raw, value };
 }
 
 /** Field rules the schema cannot say; returns the queue payload. */
@@ -123,10 +128,9 @@ function validate(m: MtaContext, body: EmailJob): MtaJobPayload {
   if (/[\r\n]/.test(body.subject)) throw badInput('subject must not contain line breaks', 'invalid_header');
   for (const [name, value] of Object.entries(body.headers ?? {})) {
     if (!isHeaderName(name)) throw badInput(`headers: "${name.slice(0, 80)}" is not a valid header name`, 'invalid_header');
+    if (isReservedHeader(name)) throw badInput(`headers: ${name} cannot be set; the MTA writes it or it belongs to a job field`, 'reserved_header');
     if (/[\r\n\0]/.test(value)) throw badInput(`headers.${name} must not contain line breaks`, 'invalid_header');
   }
-  const bad = unstorable(body);
-  if (bad) throw badInput(`${bad} must not contain NUL characters or unpaired UTF-16 surrogates`, 'invalid_text');
   const s = body.engagementScore;
   if (s !== undefined && s !== null && typeof s !== 'number') throw badInput('engagementScore must be a number from 0 to 100', 'validation_error');
   const band = engagementBand(m.policy, s);
@@ -160,20 +164,4 @@ export function storedJson(raw: Buffer | undefined, p: MtaJobPayload): Buffer | 
   const { to, dkimDomain, engagementScore, recipient, domain, band, acceptedAt } = p;
   const tail = Buffer.from(`,${JSON.stringify({ to, dkimDomain, engagementScore, recipient, domain, band, acceptedAt }).slice(1)}`, 'utf8');
   return Buffer.concat([raw.subarray(0, end), tail]);
-}
-
-type WellFormed = { isWellFormed(): boolean };
-
-/**
- * The first field holding text PostgreSQL cannot store (NUL in the organization and dedupe
- * key columns; an unpaired surrogate has no UTF-8 form), or null. Checked here so such a
- * request gets a 400 instead of failing its write batch.
- */
-function unstorable(body: EmailJob): string | null {
-  const bad = (s: string) => s.includes('\0') || !(s as unknown as WellFormed).isWellFormed();
-  for (const [k, v] of Object.entries(body)) {
-    if (typeof v === 'string' && bad(v)) return k;
-  }
-  for (const [k, v] of Object.entries(body.headers ?? {})) if (bad(k) || bad(v)) return `headers.${k.slice(0, 80)}`;
-  return null;
 }

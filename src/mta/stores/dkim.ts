@@ -40,7 +40,8 @@ export class DkimKeyError extends Error {}
 const DOMAIN = /^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$/;
 const SELECTOR = /^(?=.{1,63}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/i;
 
-export const isDkimDomain = (d: string): boolean => DOMAIN.test(d);
+/** A host name of two or more labels; an IP address (all-numeric last label) is not a signing domain. */
+export const isDkimDomain = (d: string): boolean => DOMAIN.test(d) && !/\.\d+$/.test(d);
 export const isDkimSelector = (s: string): boolean => SELECTOR.test(s);
 
 type KeyType = 'rsa' | 'ed25519';

@@ -38,6 +38,18 @@ describe('message building', () => {
     }
   });
 
+  it('a Subject or header of 998 characters without a space stays within 998-octet lines and reads back (found by npm run fuzz)', async () => {
+    const subject = 'x'.repeat(998);
+    const value = `!${'v'.repeat(997)}`;
+    const b = buildMessage({ ...base, subject, html: '<p>x</p>', headers: { 'X-Long': value } }, opts);
+    expect(Math.max(...b.wire.split('\r\n').map((l) => l.length))).toBeLessThanOrEqual(998);
+    const parsed = await simpleParser(b.raw);
+    expect(parsed.subject).toBe(subject);
+    // mailparser leaves an unknown header's encoded words as they are: join and Q-decode them.
+    const words = String(parsed.headers.get('x-long')).match(/=\?UTF-8\?Q\?(.*?)\?=/g)!;
+    expect(words.map((w) => w.slice(10, -2).replace(/_/g, ' ').replace(/=([0-9A-F]{2})/g, (_m, h: string) => String.fromCharCode(parseInt(h, 16)))).join('')).toBe(value);
+  });
+
   it('html only → single text/html part; text only → text/plain', () => {
     expect(buildMessage({ ...base, html: '<b>x</b>' }, opts).raw.toString()).toMatch(/^Content-Type: text\/html; charset=utf-8$/m);
     expect(buildMessage({ ...base, text: 'x' }, opts).raw.toString()).toMatch(/^Content-Type: text\/plain; charset=utf-8$/m);

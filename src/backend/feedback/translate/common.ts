@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { findInputFault } from '../../../shared/input.js';
 import { parseMailbox } from '../../../shared/mail/address.js';
 import { DIAGNOSTIC_RULES, RELAY_SUPPRESSION_REASONS } from '../policy.js';
 import { FeedbackFormatError, type BounceInfo, type SuppressionReason } from '../lifecycle.js';
@@ -10,12 +10,17 @@ export function asObject(v: unknown, what: string): Json {
   return v as Json;
 }
 
-export function parseJson(body: Buffer, what = 'Request body'): unknown {
+/** JSON under the edge's input policy (src/shared/input.ts): storable text, bounded depth. */
+export function parseJson(body: Buffer | string, what = 'Request body'): unknown {
+  let v: unknown;
   try {
-    return JSON.parse(body.toString('utf8'));
+    v = JSON.parse(typeof body === 'string' ? body : body.toString('utf8'));
   } catch {
     throw new FeedbackFormatError(`${what} is not valid JSON`);
   }
+  const fault = findInputFault(v, what);
+  if (fault) throw new FeedbackFormatError(fault.message);
+  return v;
 }
 
 export function optString(v: unknown, max = 1000): string | null {
@@ -78,15 +83,4 @@ export function mapSuppressionReason(raw: unknown): SuppressionReason {
   if (typeof raw !== 'string') return 'unknown';
   const key = raw.toLowerCase().replace(/[^a-z]+/g, '_').replace(/^_|_$/g, '');
   return RELAY_SUPPRESSION_REASONS[key] ?? 'unknown';
-}
-
-/** Stable id of a JSON value: sha256 of its key-sorted serialization (survives jsonb round trips). */
-export function canonicalHash(v: unknown): string {
-  const canon = (x: unknown): unknown =>
-    Array.isArray(x)
-      ? x.map(canon)
-      : x && typeof x === 'object'
-        ? Object.fromEntries(Object.keys(x as Json).sort().map((k) => [k, canon((x as Json)[k])]))
-        : x;
-  return createHash('sha256').update(JSON.stringify(canon(v))).digest('hex');
 }

@@ -6,7 +6,7 @@
  */
 import { MANDRILL_BOUNCE_DESCRIPTIONS } from '../policy.js';
 import { FeedbackFormatError, type LifecycleEvent, type LifecycleStatus, type Translation } from '../lifecycle.js';
-import { asObject, classifyBounce, normEmail, optString, reasonFromText, timeMs, type Json } from './common.js';
+import { asObject, classifyBounce, normEmail, optString, parseJson, reasonFromText, timeMs, type Json } from './common.js';
 
 /** Mandrill sends at most 1000 events per batch. */
 export const MANDRILL_MAX_EVENTS = 1000;
@@ -14,12 +14,7 @@ export const MANDRILL_MAX_EVENTS = 1000;
 export function parseMandrillEvents(fields: Map<string, string>): Json[] {
   const raw = fields.get('mandrill_events');
   if (raw === undefined) throw new FeedbackFormatError('Missing form field mandrill_events');
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(raw);
-  } catch {
-    throw new FeedbackFormatError('mandrill_events is not valid JSON');
-  }
+  const parsed = parseJson(raw, 'mandrill_events');
   if (!Array.isArray(parsed)) throw new FeedbackFormatError('mandrill_events must be a JSON array');
   if (parsed.length > MANDRILL_MAX_EVENTS) throw new FeedbackFormatError(`mandrill_events holds more than ${MANDRILL_MAX_EVENTS} events`);
   return parsed.map((e, i) => asObject(e, `mandrill_events[${i}]`));

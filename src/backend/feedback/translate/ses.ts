@@ -7,7 +7,7 @@
 import { SES_BOUNCE_SUBTYPES } from '../policy.js';
 import type { LifecycleEvent, Translation } from '../lifecycle.js';
 import { FeedbackFormatError } from '../lifecycle.js';
-import { asObject, classifyBounce, normEmail, optString, reasonFromText, timeMs, type Json } from './common.js';
+import { asObject, classifyBounce, normEmail, optString, parseJson, reasonFromText, timeMs, type Json } from './common.js';
 
 function recipients(list: unknown, key: string | null): string[] {
   if (!Array.isArray(list)) return [];
@@ -15,12 +15,7 @@ function recipients(list: unknown, key: string | null): string[] {
 }
 
 export function translateSes(message: string, snsMessageId: string, nowMs: number): Translation {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(message);
-  } catch {
-    throw new FeedbackFormatError('SNS Message is not an SES notification (not JSON)');
-  }
+  const parsed = parseJson(message, 'SNS Message (an SES notification)');
   const n = asObject(parsed, 'SES notification');
   const type = optString(n.notificationType ?? n.eventType, 50);
   if (!type) throw new FeedbackFormatError('SES notification has no notificationType or eventType');

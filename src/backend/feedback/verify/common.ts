@@ -38,7 +38,10 @@ export type HeaderBag = Record<string, string | string[] | undefined>;
  * different signatures or timestamps for one request are never a legitimate sender.
  */
 export function singleHeader(headers: HeaderBag, name: string): string | undefined {
-  const v = headers[name.toLowerCase()];
+  // Node joins a repeated header into one string ("a, b"): callers pass `headersDistinct`
+  // (a list per name), so a repeat is seen here and counts as missing, as documented.
+  let v = headers[name.toLowerCase()];
+  if (Array.isArray(v)) v = v.length === 1 ? v[0] : undefined;
   if (typeof v !== 'string') return undefined;
   const t = v.trim();
   return t === '' ? undefined : t;

@@ -31,6 +31,15 @@ export function signTimestamped(secret: string, timestampSec: number | string, b
   return hmacSha256Hex(secret, Buffer.concat([Buffer.from(`${timestampSec}.`), Buffer.from(body)]));
 }
 
+/**
+ * What can be checked before the body is read: one signature header, and a timestamp within
+ * the tolerance. A request without them is refused before its body costs anything.
+ */
+export function precheckTimestamped(scheme: TimestampedHmacScheme, headers: HeaderBag, nowMs: number): void {
+  if (singleHeader(headers, scheme.signatureHeader) === undefined) throw new VerificationError('missing_signature', 'Missing webhook signature header');
+  checkUnixSeconds(singleHeader(headers, scheme.timestampHeader), nowMs);
+}
+
 /** Throws VerificationError unless the request carries a valid signature within the tolerance. Returns the timestamp. */
 export function verifyTimestampedHmac(
   scheme: TimestampedHmacScheme,

@@ -1,5 +1,6 @@
 import { verify as cryptoVerify, X509Certificate } from 'node:crypto';
 import type { Clock } from '../../../shared/clock.js';
+import { findInputFault } from '../../../shared/input.js';
 import { checkTolerance, VerificationError } from './common.js';
 
 /**
@@ -54,6 +55,8 @@ export function parseSnsMessage(body: Buffer): SnsMessage {
   } catch {
     throw new SnsFormatError('Request body is not valid JSON');
   }
+  const fault = findInputFault(parsed, 'body');
+  if (fault) throw new SnsFormatError(fault.message);
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new SnsFormatError('SNS message must be a JSON object');
   const m = parsed as Record<string, unknown>;
   if (typeof m.Signature !== 'string' || typeof m.SigningCertURL !== 'string' || typeof m.SignatureVersion !== 'string') {

@@ -19,6 +19,14 @@ export function svixKey(secret: string): Buffer {
 
 const MAX_ID_LENGTH = 256;
 
+/** The headers and the timestamp, before the body is read (verifySvix checks them again with the signature). */
+export function precheckSvix(headers: HeaderBag, nowMs: number): void {
+  if (singleHeader(headers, 'svix-id') === undefined || singleHeader(headers, 'svix-signature') === undefined) {
+    throw new VerificationError('missing_signature', 'Missing svix-id or svix-signature header');
+  }
+  checkUnixSeconds(singleHeader(headers, 'svix-timestamp'), nowMs);
+}
+
 /** Throws VerificationError unless one of the v1 signatures matches. Returns the svix-id (the provider event id). */
 export function verifySvix(input: { secret: string; body: Buffer; headers: HeaderBag; nowMs: number }): { id: string; timestamp: number } {
   const id = singleHeader(input.headers, 'svix-id');

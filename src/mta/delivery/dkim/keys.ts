@@ -55,7 +55,7 @@ function createPublicKeyDer(key: KeyObject): Buffer {
   return createPublicKey(key).export({ type: 'spki', format: 'der' });
 }
 
-/** 5-minute cache of parsed keys per domain, with single-flight loads. */
+/** 5-minute cache of parsed keys per domain (5 s for a domain without keys), with single-flight loads. */
 export class DkimKeyCache {
   private readonly entries = new Map<string, CacheEntry>();
   private readonly loading = new Map<string, Promise<ParsedDkimKey[]>>();
@@ -66,6 +66,7 @@ export class DkimKeyCache {
     private readonly source: KeySource,
     private readonly clock: Clock,
     private readonly ttlMs: number = DELIVERY.dkimKeyCacheMs,
+    private readonly missingTtlMs: number = DELIVERY.dkimMissingKeyCacheMs,
   ) {}
 
   async get(domain: string): Promise<ParsedDkimKey[]> {
@@ -106,7 +107,7 @@ export class DkimKeyCache {
     // RSA first: receivers that stop at the first signature they understand see rsa-sha256.
     keys.sort((a, b) => (a.algorithm === b.algorithm ? 0 : a.algorithm === 'rsa' ? -1 : 1));
     this.parsed = nextParsed;
-    this.entries.set(domain, { expiresAt: this.clock.now() + this.ttlMs, keys });
+    this.entries.set(domain, { expiresAt: this.clock.now() + (keys.length ? this.ttlMs : this.missingTtlMs), keys });
     return keys;
   }
 }

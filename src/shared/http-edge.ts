@@ -1,0 +1,143 @@
+/**
+ * What Fastify and Node answer before a route runs, put in the envelope: a URL that does not
+ * decode or a path parameter over the router's limit (Fastify's `frameworkErrors`), and
+ * requests Node's parser refuses or times out (`clientError`: 400, 408, 431), written
+ * straight to the socket. A route may register a fixed answer for its path prefix (the open
+ * pixel: a mail client always gets the GIF), used for these errors too.
+ */
+import type { Server } from 'node:http';
+import type { Socket } from 'node:net';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { EDGE_POLICY } from './edge-policy.js';
+import { envelope } from './errors.js';
+import type { Logger } from './log.js';
+import { embeddedIpv4, ipv6Bytes } from './net/address.js';
+
+export interface FixedAnswer {
+  /** Path prefix (`/t/o/`) and methods it covers. */
+  prefix: string;
+  methods: readonly string[];
+  status: number;
+  headers: Record<string, string>;
+  body: Buffer;
+}
+
+/** By HTTP server: every encapsulated Fastify scope of one app shares it. */
+const fixedAnswers = new WeakMap<object, FixedAnswer[]>();
+
+/** Registers `answer` for the framework and client errors of requests under its prefix. */
+export function answerAlways(server: object, answer: FixedAnswer): void {
+  const list = fixedAnswers.get(server) ?? [];
+  list.push(answer);
+  fixedAnswers.set(server, list);
+}
+
+function fixedFor(server: object, method: string | undefined, url: string | undefined): FixedAnswer | undefined {
+  if (!method || !url) return undefined;
+  return fixedAnswers.get(server)?.find((a) => a.methods.includes(method) && url.startsWith(a.prefix));
+}
+
+/** Fastify's `frameworkErrors`: a URL that does not decode, a path parameter too long. */
+export function frameworkErrors(err: Error & { code?: string }, req: FastifyRequest, reply: FastifyReply): void {
+  const fixed = fixedFor(req.server.server, req.raw.method, req.raw.url);
+  if (fixed) {
+    reply.code(fixed.status).headers(fixed.headers).send(fixed.body);
+    return;
+  }
+  switch (err.code) {
+    case 'FST_ERR_BAD_URL':
+      reply.code(400).send(envelope('invalid_input', 'The URL is not valid: a %-escape does not decode', 'bad_url'));
+      return;
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      reply.code(414).send(envelope('invalid_input', `A path parameter is longer than ${EDGE_POLICY.maxParamLength} characters`, 'param_too_long'));
+      return;
+    default:
+      req.log.error({ err }, 'request failed before routing');
+      reply.code(500).send(envelope('internal', 'Internal server error'));
+  }
+}
+
+const REASONS: Record<number, string> = { 200: 'OK', 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };
+
+/** Node's `clientError` (Fastify's `clientErrorHandler`): the answer is written to the socket, which is then closed. */
+export function clientErrorHandler(this: { server: object; log: { trace(o: object, m: string): void } }, err: Error & { code?: string; reason?: string; rawPacket?: Buffer }, socket: Socket): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  this.log.trace({ err }, 'client error');
+  // A response of this request already started: nothing valid can follow it.
+  const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (inFlight?.headersSent || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  let status: number;
+  let headers: Record<string, string> = { 'content-type': 'application/json; charset=utf-8' };
+  let body: Buffer;
+  const line = /^([A-Z]+) (\S+)/.exec(err.rawPacket?.subarray(0, 2048).toString('latin1') ?? '');
+  const fixed = line ? fixedFor(this.server, line[1], line[2]) : undefined;
+  if (fixed) {
+    ({ status, headers, body } = fixed);
+  } else {
+    let e: ReturnType<typeof envelope>;
+    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+      status = 408;
+      e = envelope('invalid_input', 'The request was not received in time', 'request_timeout');
+    } else if (err.code === 'HPE_HEADER_OVERFLOW') {
+      status = 431;
+      e = envelope('invalid_input', 'The request line and headers are larger than 16 KB', 'headers_too_large');
+    } else {
+      status = 400;
+      e = envelope('invalid_input', `Malformed HTTP request${err.reason ? `: ${err.reason}` : ''}`, 'malformed_request');
+    }
+    body = Buffer.from(JSON.stringify(e));
+  }
+  const head = Object.entries({ ...headers, 'content-length': String(body.length), connection: 'close' })
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join('');
+  socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 ${status} ${REASONS[status] ?? ''}\r\n${head}\r\n`, 'latin1'), body]));
+  // end() lets the answer flush; a client that neither reads nor closes is cut off shortly after.
+  setTimeout(() => socket.destroy(), EDGE_POLICY.closeGraceMs).unref();
+}
+
+/** The per-client key: the address; an IPv6 client is its /64 (one host has all of it). */
+export function clientKey(address: string | undefined): string {
+  if (!address) return '';
+  if (!address.includes(':')) return address;
+  const v4 = embeddedIpv4(address); // ::ffff:a.b.c.d and the other IPv4-carrying forms
+  if (v4) return v4;
+  const b = ipv6Bytes(address);
+  return b ? `${Buffer.from(b.subarray(0, 8)).toString('hex')}::/64` : address;
+}
+
+/**
+ * At most `max` open connections per client address: one more gets a 429 in the envelope and
+ * is closed at once, so idle or slow connections from one place cannot hold the server.
+ */
+export function limitConnections(server: Server, max: number, log: Logger): void {
+  if (max <= 0) return;
+  const open = new Map<string, number>();
+  let lastWarn = -Infinity;
+  const refusal = (() => {
+    const body = JSON.stringify(envelope('rate_limited', `Too many open connections from this address (at most ${max})`, 'too_many_connections'));
+    return `HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
+  })();
+  server.on('connection', (socket: Socket) => {
+    const key = clientKey(socket.remoteAddress);
+    const n = (open.get(key) ?? 0) + 1;
+    if (n > max) {
+      if (performance.now() - lastWarn > 10_000) {
+        lastWarn = performance.now();
+        log.warn({ client: key, max }, 'connection refused: too many open connections from one address');
+      }
+      // Written before any request of this connection is read; the destroy follows the bytes.
+      socket.write(refusal);
+      socket.destroy();
+      return;
+    }
+    open.set(key, n);
+    socket.once('close', () => {
+      const left = (open.get(key) ?? 1) - 1;
+      if (left > 0) open.set(key, left);
+      else open.delete(key);
+    });
+  });
+}

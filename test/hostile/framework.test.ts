@@ -1,0 +1,81 @@
+/**
+ * Issue #25, finding 7: what Fastify and Node answer before a route runs is in the envelope
+ * on both servers — a URL that does not decode, a path parameter over 100 characters (414),
+ * headers over 16 KB (431), a NUL in a header (400), the header timeout (408) — and the open
+ * pixel answers all of them with its GIF.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PIXEL_GIF } from '../../src/backend/public/tracking.js';
+import { createHttpApp, boundPort } from '../../src/shared/http.js';
+import { silentLogger } from '../../src/shared/log.js';
+import { envelopeOf, rawRequest, startProduct, type Product } from './helpers.js';
+
+let p: Product;
+beforeAll(async () => {
+  p = await startProduct({ HTTP_HEADERS_TIMEOUT_MS: '1000' });
+});
+afterAll(async () => p?.close());
+
+const get = (path: string, headers = '') => `GET ${path} HTTP/1.1\r\nHost: x\r\n${headers}\r\n`;
+
+describe('finding 7: framework errors in the envelope, on both servers', () => {
+  const cases: [string, string, number, string][] = [
+    ['a %-escape that does not decode', get('/api/v1/contacts/%E0%A4%A'), 400, 'bad_url'],
+    ['a path parameter over 100 characters', get(`/api/v1/contacts/${'a'.repeat(101)}`), 414, 'param_too_long'],
+    ['headers over 16 KB', get('/api/v1/health', `X-Big: ${'b'.repeat(17 * 1024)}\r\n`), 431, 'headers_too_large'],
+    ['a NUL in a header value', get('/api/v1/health', 'X-A: a\0b\r\n'), 400, 'malformed_request'],
+    ['a request line that is not HTTP', 'BREW /pot HTCPCP/1.0\r\n\r\n', 400, 'malformed_request'],
+  ];
+  for (const [what, bytes, status, reason] of cases) {
+    it(`${what}: ${status} ${reason}`, async () => {
+      for (const base of [p.backend, p.mta]) {
+        const r = await rawRequest(base, bytes.replace('/api/v1/contacts/', base === p.mta ? '/pool-rules/' : '/api/v1/contacts/').replace('/api/v1/health', base === p.mta ? '/health' : '/api/v1/health'));
+        expect(r.status, `${base} ${r.body.toString()}`).toBe(status);
+        expect(r.headers['content-type']).toMatch(/^application\/json/);
+        expect(envelopeOf(r).error, base).toMatchObject({ category: 'invalid_input', data: { reason } });
+      }
+    });
+  }
+
+  it('headers not complete within HTTP_HEADERS_TIMEOUT_MS: 408 request_timeout, and the connection is closed', async () => {
+    for (const base of [p.backend, p.mta]) {
+      const started = performance.now();
+      const r = await rawRequest(base, 'GET /api/v1/health HTTP/1.1\r\nHost: x\r\n', { timeoutMs: 5_000 });
+      expect(r.status).toBe(408);
+      expect(envelopeOf(r).error).toEqual({ category: 'invalid_input', message: 'The request was not received in time', data: { reason: 'request_timeout' } });
+      expect(r.closed).toBe(true);
+      expect(performance.now() - started).toBeLessThan(1000 + 250 + 1000);
+    }
+  });
+});
+
+describe('finding 7: the open pixel always answers with the GIF', () => {
+  const pixel = (r: { status: number; headers: Record<string, string>; body: Buffer }) => {
+    expect(r.status).toBe(200);
+    expect(r.headers['content-type']).toBe('image/gif');
+    expect(r.body.equals(PIXEL_GIF)).toBe(true);
+  };
+  it('for a broken %-escape, a long id, a NUL in the id, headers over 16 KB and a NUL in a header', async () => {
+    pixel(await rawRequest(p.backend, get('/t/o/%E0%A4%A')));
+    pixel(await rawRequest(p.backend, get(`/t/o/${'a'.repeat(200)}`)));
+    pixel(await rawRequest(p.backend, get('/t/o/es_%00')));
+    pixel(await rawRequest(p.backend, get('/t/o/es_1', `X-Big: ${'b'.repeat(17 * 1024)}\r\n`)));
+    pixel(await rawRequest(p.backend, get('/t/o/es_1', 'User-Agent: a\0b\r\n')));
+  });
+});
+
+describe('a header Node refuses fails the answer, not the envelope (finding 4)', () => {
+  it('the route\'s error goes out as the envelope\'s 500 without the bad header', async () => {
+    const app = createHttpApp({ log: silentLogger });
+    app.get('/bad', async (_req, reply) => reply.header('location', 'https://a.example/\r\nx: y').code(302).send());
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const r = await rawRequest(`http://127.0.0.1:${boundPort(app)}`, get('/bad'));
+      expect(r.status).toBe(500);
+      expect(r.headers.location).toBeUndefined();
+      expect(envelopeOf(r)).toEqual({ error: { message: 'Internal server error', category: 'internal' } });
+    } finally {
+      await app.close();
+    }
+  });
+});
