@@ -108,6 +108,10 @@ export function clientKey(address: string | undefined): string {
   return b ? `${Buffer.from(b.subarray(0, 8)).toString('hex')}::/64` : address;
 }
 
+/** Connections limitConnections refused (answered with the 429 already). */
+export const refusedSockets = new WeakSet<Socket>();
+const REFUSED_LINGER_MS = 1_000;
+
 /**
  * At most `max` open connections per client address: one more gets a 429 in the envelope and
  * is closed at once, so idle or slow connections from one place cannot hold the server.
@@ -128,9 +132,12 @@ export function limitConnections(server: Server, max: number, log: Logger): void
         lastWarn = performance.now();
         log.warn({ client: key, max }, 'connection refused: too many open connections from one address');
       }
-      // Written before any request of this connection is read; the destroy follows the bytes.
-      socket.write(refusal);
-      socket.destroy();
+      // The 429, then FIN; the socket stays open a moment. Destroyed at once, the kernel answered
+      // the client's request bytes with a reset that discarded the 429 it had not read yet
+      // (ECONNRESET on a loaded machine). A request that still arrives gets no work (http.ts).
+      refusedSockets.add(socket);
+      socket.end(refusal);
+      setTimeout(() => socket.destroy(), REFUSED_LINGER_MS).unref();
       return;
     }
     open.set(key, n);

@@ -5,7 +5,7 @@ import { Ajv, type Options as AjvOptions, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { AppError, badInput, CATEGORY_STATUS, envelope, type ErrorCategory } from './errors.js';
 import { EDGE_POLICY } from './edge-policy.js';
-import { clientErrorHandler, frameworkErrors, limitConnections } from './http-edge.js';
+import { clientErrorHandler, frameworkErrors, limitConnections, refusedSockets } from './http-edge.js';
 import { SPEC, type Config } from './config.js';
 import { findInputFault, findRequestFault, wasChecked, type InputFault } from './input.js';
 import type { Logger } from './log.js';
@@ -94,7 +94,12 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
   app.setErrorHandler(errorHandler);
   // The input policy (./input.ts), before any route's own hooks: path, query and headers as
   // soon as the route is known, the parsed body before validation.
-  app.addHook('onRequest', (req, _reply, done) => {
+  app.addHook('onRequest', (req, reply, done) => {
+    // A connection over the per-client limit was answered with its 429 (./http-edge.ts).
+    if (refusedSockets.has(req.raw.socket)) {
+      reply.hijack();
+      return done();
+    }
     const fault = findRequestFault(req);
     done(fault ? inputError(fault) : undefined);
   });
