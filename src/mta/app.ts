@@ -49,6 +49,14 @@ import { IspProfileStore } from './stores/isp-profiles.js';
 import { OrgLimitStore } from './stores/org-limits.js';
 import { PoolRuleStore } from './stores/pool-rules.js';
 import { SuppressionStore } from './stores/suppression.js';
+import { ReturnPathStore } from './stores/return-paths.js';
+import { FeedbackReportStore } from './stores/feedback-reports.js';
+import { returnPathRoutes } from './routes/return-paths.js';
+import { reportAuthenticator } from './inbound/auth.js';
+import { reportRecipients } from './inbound/recipients.js';
+import { FeedbackProcessor } from './inbound/reports.js';
+import { InboundSmtpServer } from './inbound/server.js';
+import { ProvenanceStore } from './delivery/provenance.js';
 import { createDeliveryEngine, deliveryEnabled } from './delivery/index.js';
 
 /** The MTA's peer, given at start: in role all the backend's port is known only once it listens. */
@@ -59,6 +67,8 @@ export interface MtaPeers {
 
 export interface MtaRole {
   app: HttpApp;
+  /** The inbound SMTP listener (bounces, feedback reports); `port` is null until started or when it could not bind. */
+  inbound: { readonly port: number | null };
   /** Starts the workers; only they produce events, so the backend's URL is needed from here on. */
   start(peers: MtaPeers): Promise<void>;
   stop(): Promise<void>;
@@ -85,6 +95,8 @@ export interface MtaInstance extends MtaRole {
   effects: EffectDeps;
   /** The delivery queue's job handler (null without a delivery engine). */
   handler: JobHandler<MtaJobPayload> | null;
+  /** Bounce and feedback-report processing (the inbound server's handler). */
+  feedback: FeedbackProcessor;
 }
 
 const DEPTH_REFRESH_MS = 1_000;
@@ -119,6 +131,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     // Events written with log rows go to the relay (created below) once committed.
     logs: new DeliveryLogStore(s.db, { clock: s.clock, leaseMs: policy.events.leaseMs, written: (events) => relay.written(events) }),
     outbox: new OutboxStore(s.db, s.clock, policy.events),
+    returnPaths: new ReturnPathStore(s.db, log, feed, s.clock),
+    feedbackReports: new FeedbackReportStore(s.db, s.clock, policy.events.leaseMs),
   };
   const ipStatus = new IpStatus(s.coord, s.clock, pools);
 
@@ -249,7 +263,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     return metrics.registry.metrics();
   });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
-  const groups = [credentialRoutes, dkimRoutes, orgLimitRoutes, poolRuleRoutes, ispProfileRoutes, ipReputationRoutes, suppressionRoutes, deliveryLogRoutes, queueRoutes, dlqRoutes];
+  const groups = [returnPathRoutes, credentialRoutes, dkimRoutes, orgLimitRoutes, poolRuleRoutes, ispProfileRoutes, ipReputationRoutes, suppressionRoutes, deliveryLogRoutes, queueRoutes, dlqRoutes];
   for (const group of groups) {
     await app.register(async (g: FastifyInstance) => group(g.withTypeProvider<TypeBoxTypeProvider>() as HttpApp, context));
   }
@@ -263,7 +277,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     throw err;
   }
   await feed.start();
-  const caches = [stores.suppression, stores.profiles, stores.orgLimits, stores.poolRules];
+  const caches = [stores.suppression, stores.profiles, stores.orgLimits, stores.poolRules, stores.returnPaths];
   for (const c of caches) c.start();
   try {
     await app.ready();
@@ -275,11 +289,51 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
 
   let worker: Worker<MtaJobPayload> | null = null;
   let pruneTimer: NodeJS.Timeout | undefined;
+  const firstEhlo = [...pools.pools.values()][0]?.[0]?.ehloName;
   const deliverer =
     opts.deliverer ??
     (deliveryEnabled(s.config)
-      ? createDeliveryEngine(s, { keys: stores.dkim, registry: metrics.registry, instanceId, bounceHostFallback: [...pools.pools.values()][0]?.[0]?.ehloName })
+      ? createDeliveryEngine(s, {
+          keys: stores.dkim,
+          registry: metrics.registry,
+          instanceId,
+          bounceHostFallback: firstEhlo,
+          returnPathHost: (domain) => stores.returnPaths.hostFor(domain),
+        })
       : undefined);
+
+  // Bounces and feedback reports (docs/bounces.md): accepted at BOUNCE_HOST and every
+  // registered return-path host.
+  const bounceHost = (s.config.BOUNCE_HOST ?? firstEhlo ?? 'localhost').toLowerCase();
+  const feedback = new FeedbackProcessor({
+    key: s.config.BOUNCE_VERP_KEY,
+    hosts: () => new Set([bounceHost, ...stores.returnPaths.hosts()]),
+    provenance: new ProvenanceStore(s.db, s.clock),
+    reports: stores.feedbackReports,
+    events: relay,
+    suppression: stores.suppression,
+    breaker,
+    intel: state.intel,
+    throttle: state.throttle,
+    profiles: stores.profiles,
+    authenticate: reportAuthenticator({ dnsServers: s.config.DNS_SERVERS, name: bounceHost, enabled: deliveryEnabled(s.config) }),
+    metrics,
+    clock: s.clock,
+    log,
+  });
+  if (!s.config.INBOUND_TLS_CERT !== !s.config.INBOUND_TLS_KEY) throw new ConfigError(['INBOUND_TLS_CERT and INBOUND_TLS_KEY must be set together']);
+  const inbound = new InboundSmtpServer({
+    host: s.config.INBOUND_SMTP_HOST ?? '',
+    port: s.config.INBOUND_SMTP_PORT,
+    name: bounceHost,
+    maxMessageBytes: s.config.INBOUND_MAX_MESSAGE_MB * 1024 * 1024,
+    tls: s.config.INBOUND_TLS_CERT && s.config.INBOUND_TLS_KEY ? { certFile: s.config.INBOUND_TLS_CERT, keyFile: s.config.INBOUND_TLS_KEY } : undefined,
+    production: s.config.NODE_ENV === 'production',
+    policy: policy.inbound,
+    steps: [reportRecipients(() => new Set([bounceHost, ...stores.returnPaths.hosts()]))],
+    handlers: { bounce: feedback.handle, fbl: feedback.handle },
+    log,
+  });
   const handler = deliverer ? createDispatcher({ pipeline, effects, deliverer, clock: s.clock, log }) : null;
 
   const prune = async () => {
@@ -287,6 +341,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     const cutoff = s.clock.now() - policy.deliveryLogRetentionDays * 86_400_000;
     const n = await stores.logs.prune(cutoff);
     if (n > 0) log.info({ deleted: n }, 'pruned old delivery log rows');
+    const r = await stores.feedbackReports.prune(policy.feedback.horizonMs);
+    if (r > 0) log.info({ deleted: r }, 'pruned reports past the 16-day horizon');
   };
 
   return {
@@ -295,8 +351,11 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     pipeline,
     effects,
     handler,
+    feedback,
+    inbound,
     async start(peers) {
       relay.start(peers.webhookUrl);
+      await inbound.start();
       if (handler) {
         worker = new Worker<MtaJobPayload>({
           queue,
@@ -313,6 +372,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     },
     async stop() {
       clearInterval(pruneTimer);
+      await inbound.stop();
       await worker?.stop();
       await stores.logs.drain();
       await relay.stop();

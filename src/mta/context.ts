@@ -20,6 +20,8 @@ import type { OutboxStore } from './outbox/store.js';
 import type { IspProfileStore } from './stores/isp-profiles.js';
 import type { OrgLimitStore } from './stores/org-limits.js';
 import type { PoolRuleStore } from './stores/pool-rules.js';
+import type { ReturnPathStore } from './stores/return-paths.js';
+import type { FeedbackReportStore } from './stores/feedback-reports.js';
 import type { SuppressionStore } from './stores/suppression.js';
 
 /** What the MTA's routes and workers are built from (assembled once in app.ts). */
@@ -42,6 +44,8 @@ export interface MtaContext {
     logs: DeliveryLogStore;
     /** The outbox; its dead rows are the DLQ. */
     outbox: OutboxStore;
+    returnPaths: ReturnPathStore;
+    feedbackReports: FeedbackReportStore;
   };
   state: {
     breaker: OrgBreaker;

@@ -112,6 +112,26 @@ export function createMetrics(collectors: {
     registers: [registry],
   });
 
+  // Asynchronous bounces and complaints (docs/bounces.md → Attribution).
+  const feedbackAttributions = new Counter({
+    name: 'mta_cfbl_attributions_total',
+    help: 'Bounce and feedback reports attributed to a send, by the token that identified it',
+    labelNames: ['source'],
+    registers: [registry],
+  });
+  const feedbackRejections = new Counter({
+    name: 'mta_cfbl_rejections_total',
+    help: 'Bounce and feedback reports dropped or absorbed, by reason',
+    labelNames: ['reason'],
+    registers: [registry],
+  });
+  const inboundReports = new Counter({
+    name: 'mta_inbound_reports_total',
+    help: 'Reports received by the inbound SMTP server, by kind and outcome',
+    labelNames: ['kind', 'outcome'],
+    registers: [registry],
+  });
+
   const observePhase: PhaseObserver = (phase, result) => {
     const k = `${phase.name}|${result.type}`;
     phaseCounts.set(k, (phaseCounts.get(k) ?? 0) + 1);
@@ -127,6 +147,9 @@ export function createMetrics(collectors: {
     breakerTrips,
     webhookEvents,
     suppressionsAdded,
+    feedbackAttributions,
+    feedbackRejections,
+    inboundReports,
     setBreaker(orgId: string, state: BreakerStateName) {
       breakerState.set({ organization: orgId }, BREAKER_VALUE[state]);
     },

@@ -138,10 +138,13 @@ export interface MtaPolicy {
   deliveryLogRetentionDays: number;
   /** Domains (and their subdomains) whose links screen a message out. Extended by CONTENT_URL_BLOCKLIST. */
   urlBlocklist: string[];
+  inbound: { maxClients: number; maxConnectionsPerIp: number; maxRecipients: number; socketTimeoutMs: number; closeTimeoutMs: number };
+  feedback: { horizonMs: number };
 }
 
 const MINUTE = 60_000;
 const HOUR = 60 * MINUTE;
+const DAY = 24 * HOUR;
 
 export const DEFAULT_POLICY: MtaPolicy = {
   ispProfiles: [
@@ -223,6 +226,20 @@ export const DEFAULT_POLICY: MtaPolicy = {
   },
   deliveryLogRetentionDays: 30,
   urlBlocklist: [],
+  // The inbound SMTP listener (docs/bounces.md). 100 recipients is RFC 5321's minimum a
+  // server must take; a DSN names one, routed mail rarely more.
+  inbound: {
+    maxClients: 1_000,
+    maxConnectionsPerIp: 20,
+    maxRecipients: 100,
+    socketTimeoutMs: 60_000,
+    closeTimeoutMs: 30_000,
+  },
+  // Asynchronous bounces and complaints (mta.md: acceptance horizon, provenance and
+  // de-duplication retention are each 16 days).
+  feedback: {
+    horizonMs: 16 * DAY,
+  },
 };
 
 /** The band of a score; `null` for a missing, non-finite or out-of-range score (rule 3: unknown, not clamped). */

@@ -248,7 +248,7 @@ describe('kill -9 of the MTA three times during a 10,000-message campaign', () =
       const db = await createTestDatabase();
       const dataDir = mkdtempSync(join(tmpdir(), 'lm-life-all-'));
       dirs.push(dataDir);
-      const env = { ...baseEnv(db, dataDir), PORT: '0', MTA_PORT: '0' };
+      const env = { ...baseEnv(db, dataDir), PORT: '0', MTA_PORT: '0', INBOUND_SMTP_PORT: '0' };
       const up = () => start('all', env);
       try {
         await scenario(
@@ -278,6 +278,7 @@ describe('kill -9 of the MTA three times during a 10,000-message campaign', () =
         ...baseEnv(db, dataDir),
         PORT: String(bPort),
         MTA_PORT: String(mPort),
+        INBOUND_SMTP_PORT: '0',
         MTA_URL: `http://127.0.0.1:${mPort}`,
         MTA_WEBHOOK_URL: `http://127.0.0.1:${bPort}/webhooks/mta`,
       };

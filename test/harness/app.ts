@@ -22,6 +22,8 @@ export async function startTestApp(opts: { env?: Record<string, string>; role?: 
     HOST: '127.0.0.1',
     PORT: '0',
     MTA_PORT: '0',
+    INBOUND_SMTP_PORT: '0',
+    INBOUND_SMTP_HOST: '127.0.0.1',
     DATA_DIR: dataDir,
     DATABASE_URL: db.url,
     ...opts.env,

@@ -38,6 +38,7 @@ beforeAll(async () => {
       HOST: '127.0.0.1',
       PORT: '0',
       MTA_PORT: '0',
+      INBOUND_SMTP_PORT: '0',
       DATA_DIR: dataDir,
       DATABASE_URL: db.url,
       MTA_API_KEY: 'lm_mta_slow_master_key_0123456789abcdef',

@@ -62,7 +62,7 @@ export async function startMta(opts: { env?: Record<string, string>; options?: M
   const db = opts.db ?? (await createTestDatabase());
   const clock = opts.clock ?? new ManualClock(Date.UTC(2026, 0, 5, 12, 0, 0));
   const coord = new MemoryCoordination({ clock });
-  const config = loadConfig({ NODE_ENV: 'test', MTA_API_KEY: MASTER, MTA_POOLS: POOLS, ...opts.env });
+  const config = loadConfig({ NODE_ENV: 'test', MTA_API_KEY: MASTER, MTA_POOLS: POOLS, INBOUND_SMTP_PORT: '0', INBOUND_SMTP_HOST: '127.0.0.1', ...opts.env });
   const services: Services = { config, log: silentLogger, db: db.pool, coord, clock };
   const deliverer = (opts.options?.deliverer as ScriptedDeliverer | undefined) ?? new ScriptedDeliverer();
   const mta = await createMta(services, { random: () => 0.5, ...opts.options, deliverer });

@@ -14,6 +14,7 @@ import type { Logger } from '../../shared/log.js';
 import { classifyReply, parseReply, reasonFor } from './classify.js';
 import { DkimKeyCache, type KeySource } from './dkim/keys.js';
 import { dkimSign } from './dkim/sign.js';
+import { CFBL_OUTCOMES, cfblHeaders, cfblOutcome } from './cfbl.js';
 import { buildMessage, MessageBuildError, requireMailbox, stableMessageId } from './mime.js';
 import { MxResolver } from './mx.js';
 import { ConnectionPool, PoolBusyError, PoolClosedError, type PoolSettings } from './pool.js';
@@ -40,6 +41,8 @@ export interface DelivererOptions {
   /** BOUNCE_VERP_KEY and BOUNCE_HOST. */
   verpKey: string;
   bounceHost: string;
+  /** A sending domain's registered return-path host (its VERP and CFBL addresses); BOUNCE_HOST otherwise. */
+  returnPathHost?: (domain: string) => string | undefined;
   /** DNS_SERVERS. */
   dnsServers?: readonly string[];
   /** MTA_DELIVERY_PORT (default 25). */
@@ -110,6 +113,15 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
     'mta_delivery_results_total',
     () => new Counter({ name: 'mta_delivery_results_total', help: 'Delivery attempts by result', labelNames: ['status', 'reason'], registers: [registry] }),
   );
+  const cfblEmissions = metric(
+    registry,
+    'mta_cfbl_emissions_total',
+    () => {
+      const c = new Counter({ name: 'mta_cfbl_emissions_total', help: 'Sends by whether CFBL headers were emitted (RFC 9477), and why not', labelNames: ['outcome'], registers: [registry] });
+      for (const outcome of CFBL_OUTCOMES) c.inc({ outcome }, 0);
+      return c;
+    },
+  );
   const pruneTimer =
     o.autoPrune === false
       ? undefined
@@ -126,9 +138,10 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
 
   async function attempt(msg: OutboundMessage, route: DeliveryRoute): Promise<DeliveryResult> {
     let to;
+    let fromDomain: string;
     try {
       to = requireMailbox(msg.to, 'to');
-      requireMailbox(msg.from, 'from');
+      fromDomain = requireMailbox(msg.from, 'from').domain;
     } catch (err) {
       if (err instanceof MessageBuildError) return { status: 'bounced', hard: false, reason: 'syntaxerror', response: err.message };
       throw err;
@@ -154,13 +167,17 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
     // write and the DKIM signature run while a connection is being found; the provenance row
     // is still durable before the message leaves (awaited right before sending).
     const recorded = provenance
-      .record({ messageId: msg.messageId, organizationId: msg.organizationId, campaignId: msg.campaignId ?? null, recipient: to.address.toLowerCase(), domain, sentAt: now })
+      .record({ messageId: msg.messageId, organizationId: msg.organizationId, campaignId: msg.campaignId ?? null, recipient: to.address.toLowerCase(), domain, ip: route.bindIp || null, sentAt: now })
       .then(
         () => null,
         (err: Error) => err,
       );
 
-    const envelopeFrom = verpAddress(msg.messageId, o.verpKey, o.bounceHost);
+    const returnHost = o.returnPathHost?.(dkimDomain) ?? o.bounceHost;
+    const envelopeFrom = verpAddress(msg.messageId, o.verpKey, returnHost);
+    const cfbl = cfblOutcome({ fromDomain, host: returnHost, key: o.verpKey, signed: keys.length > 0, sealedRaw: false });
+    const ownHeaders = cfbl === 'emitted' ? cfblHeaders(msg.messageId, o.verpKey, returnHost) : undefined;
+    let cfblCounted = false;
     const messageIdHeader = stableMessageId(msg.organizationId, msg.messageId, dkimDomain);
     const wildcard = route.bindIp === '0.0.0.0' || route.bindIp === '::' || route.bindIp === '';
     const families: (4 | 6)[] = wildcard ? [4, 6] : [isIP(route.bindIp) === 6 ? 6 : 4];
@@ -173,7 +190,7 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
       let p = built.get(eightBit);
       if (!p) {
         p = (async () => {
-          const b = buildMessage(msg, { messageIdHeader, date: now, eightBit });
+          const b = buildMessage(msg, { messageIdHeader, date: now, eightBit, ownHeaders });
           const sig = await dkimSign(b.wire, keys, Math.floor(now / 1000));
           return { parts: [sig, b.wire] as [string, string], size: sig.length + b.wire.length, eightBit: b.eightBit };
         })();
@@ -244,6 +261,10 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
           if (provenanceError) {
             reusable = true;
             return local(`provenance could not be written: ${provenanceError.message}`, 'mailererror');
+          }
+          if (!cfblCounted) {
+            cfblCounted = true;
+            cfblEmissions.inc({ outcome: cfbl });
           }
           const response = await session.send({ from: envelopeFrom, to: to.address, size: b.size, eightBit: b.eightBit }, b.parts, o.clock.now());
           reusable = true;

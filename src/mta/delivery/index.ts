@@ -32,6 +32,8 @@ export function createDeliveryEngine(
     /** Used as the VERP host when BOUNCE_HOST is unset (the first sending IP's EHLO name). */
     bounceHostFallback?: string;
     onConnectionFailure?: (info: ConnectionFailureInfo) => void | Promise<void>;
+    /** A sending domain's registered return-path host. */
+    returnPathHost?: (domain: string) => string | undefined;
   },
 ): DeliveryEngine {
   const c = s.config;
@@ -55,5 +57,6 @@ export function createDeliveryEngine(
     registry: deps.registry,
     instanceId: deps.instanceId,
     onConnectionFailure: deps.onConnectionFailure,
+    returnPathHost: deps.returnPathHost,
   });
 }

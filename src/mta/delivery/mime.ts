@@ -120,6 +120,8 @@ export interface BuildOptions {
   date: number;
   /** The receiving server offered 8BITMIME: UTF-8 parts may go unencoded. */
   eightBit: boolean;
+  /** Header fields the MTA adds itself (CFBL), ASCII, written after the caller's. */
+  ownHeaders?: readonly [string, string][];
 }
 
 export interface BuiltMessage {
@@ -176,6 +178,7 @@ export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMes
     extra++;
     head += field(name, headerValue(value.slice(0, MAX_HEADER_VALUE)));
   }
+  for (const [name, value] of opts.ownHeaders ?? []) head += field(name, value);
   head += 'MIME-Version: 1.0\r\n';
 
   const text = msg.text ?? undefined;

@@ -14,6 +14,8 @@ export interface Provenance {
   campaignId: string | null;
   recipient: string;
   domain: string;
+  /** The sending IP bound (null: the OS chose). */
+  ip: string | null;
   /** Epoch ms. */
   sentAt: number;
 }
@@ -62,11 +64,11 @@ export class ProvenanceStore {
     const rows = batch.map((b) => b.row);
     try {
       await this.db.query(
-        `INSERT INTO mta_send_provenance (message_id, organization_id, campaign_id, recipient, domain, sent_at)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+        `INSERT INTO mta_send_provenance (message_id, organization_id, campaign_id, recipient, domain, sent_at, ip)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[])
          ON CONFLICT (message_id) DO UPDATE SET organization_id = EXCLUDED.organization_id,
            campaign_id = EXCLUDED.campaign_id, recipient = EXCLUDED.recipient, domain = EXCLUDED.domain,
-           sent_at = EXCLUDED.sent_at`,
+           sent_at = EXCLUDED.sent_at, ip = EXCLUDED.ip`,
         [
           rows.map((r) => r.messageId),
           rows.map((r) => r.organizationId),
@@ -74,6 +76,7 @@ export class ProvenanceStore {
           rows.map((r) => r.recipient),
           rows.map((r) => r.domain),
           rows.map((r) => new Date(r.sentAt)),
+          rows.map((r) => r.ip),
         ],
       );
       for (const b of batch) for (const d of b.done) d.resolve();
@@ -90,6 +93,7 @@ export class ProvenanceStore {
       campaign_id: string | null;
       recipient: string;
       domain: string;
+      ip: string | null;
       sent_at: Date;
     }>(`SELECT * FROM mta_send_provenance WHERE message_id = $1 AND sent_at > $2`, [
       messageId,
@@ -103,6 +107,7 @@ export class ProvenanceStore {
       campaignId: r.campaign_id,
       recipient: r.recipient,
       domain: r.domain,
+      ip: r.ip,
       sentAt: r.sent_at.getTime(),
     };
   }

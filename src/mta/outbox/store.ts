@@ -49,6 +49,11 @@ export function resultEventId(organizationId: string, messageId: string, jobId: 
   return `mevt_r${createHash('sha256').update(`${organizationId}\0${messageId}\0${jobId}`).digest('base64url').slice(0, 24)}`;
 }
 
+/** The id of the event a received bounce or feedback report causes: the same for a replay of it. */
+export function reportEventId(dedupeKey: string): string {
+  return `mevt_f${createHash('sha256').update(dedupeKey).digest('base64url').slice(0, 24)}`;
+}
+
 /**
  * The INSERT of events as part of another statement (the delivery log's, so a log row and its
  * event commit together). Parameters `$base` … `$base+4`: ids, names, bodies, lease end, now.

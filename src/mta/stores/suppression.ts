@@ -1,5 +1,5 @@
 import type { Clock } from '../../shared/clock.js';
-import { tx, type Db } from '../../shared/db/pool.js';
+import { tx, type Db, type DbClient } from '../../shared/db/pool.js';
 import type { Logger } from '../../shared/log.js';
 import { chunkPayloads, type ChangeFeed } from './change-feed.js';
 
@@ -101,22 +101,30 @@ export class SuppressionStore {
   async add(addresses: string[], reason: SuppressionReason, source: string | null = null): Promise<{ added: number; updated: number }> {
     const unique = [...new Set(addresses)];
     if (unique.length === 0) return { added: 0, updated: 0 };
-    const now = new Date(this.clock.now());
-    const result = await tx(this.db, async (c) => {
-      const res = await c.query<{ inserted: boolean }>(
-        `INSERT INTO mta_suppression (address, reason, source, created_at)
-         SELECT a, $2, $3, $4 FROM unnest($1::text[]) AS a
-         ON CONFLICT (address) DO UPDATE SET reason = EXCLUDED.reason, source = COALESCE(EXCLUDED.source, mta_suppression.source)
-         RETURNING (xmax = 0) AS inserted`,
-        [unique, reason, source, now],
-      );
-      await c.query(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, [CHANNEL, chunkPayloads('+\n', unique)]);
-      const added = res.rows.filter((r) => r.inserted).length;
-      return { added, updated: res.rows.length - added };
-    });
-    // The writer sees its own change at once, without waiting for its notification.
-    for (const a of unique) this.set.add(a);
+    const result = await tx(this.db, (c) => this.addIn(c, unique, reason, source));
+    this.noteAdded(unique);
     return result;
+  }
+
+  /** `add` inside a caller's transaction (effects that must commit with it); call `noteAdded` after commit. */
+  async addIn(c: DbClient, addresses: string[], reason: SuppressionReason, source: string | null = null): Promise<{ added: number; updated: number }> {
+    const unique = [...new Set(addresses)];
+    if (unique.length === 0) return { added: 0, updated: 0 };
+    const res = await c.query<{ inserted: boolean }>(
+      `INSERT INTO mta_suppression (address, reason, source, created_at)
+       SELECT a, $2, $3, $4 FROM unnest($1::text[]) AS a
+       ON CONFLICT (address) DO UPDATE SET reason = EXCLUDED.reason, source = COALESCE(EXCLUDED.source, mta_suppression.source)
+       RETURNING (xmax = 0) AS inserted`,
+      [unique, reason, source, new Date(this.clock.now())],
+    );
+    await c.query(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, [CHANNEL, chunkPayloads('+\n', unique)]);
+    const added = res.rows.filter((r) => r.inserted).length;
+    return { added, updated: res.rows.length - added };
+  }
+
+  /** The writer sees its own change at once, without waiting for its notification. */
+  noteAdded(addresses: readonly string[]): void {
+    for (const a of addresses) this.set.add(a);
   }
 
   async remove(address: string): Promise<boolean> {

@@ -123,6 +123,8 @@ const BouncedData = Type.Object(
     pool: Nullable(Str(100)),
     ip: Nullable(Str(100)),
     attempt: Type.Integer({ minimum: 0 }),
+    /** `dsn`: an asynchronous bounce report received after the remote accepted the message (attempt 0, jobId null). */
+    source: Type.Optional(Type.Union([Type.Literal('smtp'), Type.Literal('dsn')])),
   },
   Open,
 );
@@ -134,6 +136,10 @@ const ComplainedData = Type.Object(
     messageId: Nullable(Id),
     organizationId: Nullable(Type.String({ minLength: 1, maxLength: 128 })),
     feedbackType: Nullable(Str(50)),
+    /** The reporter's User-Agent field (RFC 5965). */
+    userAgent: Type.Optional(Nullable(Str(200))),
+    /** Which of our tokens attributed it: envelope, cfbl_feedback_id or verp_scrape (docs/bounces.md). */
+    source: Type.Optional(Str(30)),
   },
   Open,
 );

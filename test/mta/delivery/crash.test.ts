@@ -63,6 +63,7 @@ async function startMta(): Promise<{ proc: ChildProcess; url: string }> {
       LOG_LEVEL: 'silent',
       HOST: '127.0.0.1',
       MTA_PORT: '0',
+      INBOUND_SMTP_PORT: '0',
       DATA_DIR: dataDir,
       DATABASE_URL: db.url,
       MTA_API_KEY: MTA_KEY,

@@ -1,0 +1,170 @@
+/**
+ * The MTA's inbound SMTP listener (docs/bounces.md → Listener): bounces and feedback reports
+ * today, routed mail and mailboxes through further recipient steps. Built on smtp-server; the
+ * size limit is announced in EHLO SIZE and enforced while the message streams in (552), so a
+ * sender can never make us hold more than the limit.
+ */
+import { readFileSync } from 'node:fs';
+import { SMTPServer, type SMTPServerDataStream, type SMTPServerSession } from 'smtp-server';
+import { ConfigError } from '../../shared/config.js';
+import type { Logger } from '../../shared/log.js';
+import type { MtaPolicy } from '../policy.js';
+import type { InboundTarget, RecipientStep } from './recipients.js';
+
+/** A message accepted after DATA. */
+export interface ReceivedMessage {
+  raw: Buffer;
+  targets: InboundTarget[];
+  /** MAIL FROM ('' for the null sender of a bounce). */
+  mailFrom: string;
+  remoteIp: string;
+  helo: string;
+}
+
+/**
+ * Handles one message for the targets of one kind. Resolves once its effects are durable
+ * (then the sender gets 250); a rejection makes the sender retry (451).
+ */
+export type InboundHandler = (msg: ReceivedMessage) => Promise<void>;
+
+export interface InboundOptions {
+  host: string;
+  port: number;
+  /** Our name in the greeting and EHLO. */
+  name: string;
+  maxMessageBytes: number;
+  tls?: { certFile: string; keyFile: string };
+  production: boolean;
+  policy: MtaPolicy['inbound'];
+  steps: RecipientStep[];
+  handlers: Record<string, InboundHandler>;
+  log: Logger;
+}
+
+const smtpError = (code: number, message: string) => Object.assign(new Error(message), { responseCode: code });
+
+export class InboundSmtpServer {
+  private server: SMTPServer | null = null;
+  private readonly perIp = new Map<string, number>();
+  private boundPort: number | null = null;
+
+  constructor(private readonly o: InboundOptions) {}
+
+  /** The port listened on, null when not listening (bind failed outside production). */
+  get port(): number | null {
+    return this.boundPort;
+  }
+
+  async start(): Promise<void> {
+    const o = this.o;
+    const tls = o.tls ? { key: readFileSync(o.tls.keyFile), cert: readFileSync(o.tls.certFile) } : undefined;
+    const server = new SMTPServer({
+      name: o.name,
+      banner: 'Lettermill inbound',
+      size: o.maxMessageBytes,
+      authOptional: true,
+      disabledCommands: ['AUTH'],
+      hideSTARTTLS: !tls,
+      ...(tls ?? {}),
+      maxClients: o.policy.maxClients,
+      socketTimeout: o.policy.socketTimeoutMs,
+      closeTimeout: o.policy.closeTimeoutMs,
+      logger: false,
+      onConnect: (session, cb) => this.onConnect(session, cb),
+      onClose: (session) => this.onClose(session),
+      onRcptTo: (address, session, cb) => void this.onRcptTo(address.address, session, cb),
+      onData: (stream, session, cb) => this.onData(stream, session, cb),
+    });
+    server.on('error', (err) => o.log.warn({ err: err.message }, 'inbound SMTP error'));
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const onError = (err: Error) => reject(err);
+        server.server.once('error', onError);
+        server.listen(o.port, o.host, () => {
+          server.server.off('error', onError);
+          resolve();
+        });
+      });
+    } catch (err) {
+      const why = `inbound SMTP could not listen on ${o.host}:${o.port} (INBOUND_SMTP_PORT): ${(err as Error).message}`;
+      if (o.production) throw new ConfigError([why]);
+      o.log.warn(`${why}; bounces and feedback reports are not received. Set INBOUND_SMTP_PORT to a free port.`);
+      return;
+    }
+    this.server = server;
+    const addr = server.server.address();
+    this.boundPort = typeof addr === 'object' && addr ? addr.port : o.port;
+    o.log.info({ host: o.host, port: this.boundPort, starttls: !!tls }, 'inbound SMTP listening');
+  }
+
+  async stop(): Promise<void> {
+    const server = this.server;
+    this.server = null;
+    this.boundPort = null;
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  private onConnect(session: SMTPServerSession, cb: (err?: Error) => void): void {
+    const ip = session.remoteAddress;
+    const n = (this.perIp.get(ip) ?? 0) + 1;
+    if (n > this.o.policy.maxConnectionsPerIp) return cb(smtpError(421, 'Too many connections from your address, try again later'));
+    this.perIp.set(ip, n);
+    (session as { counted?: boolean }).counted = true;
+    cb();
+  }
+
+  private onClose(session: SMTPServerSession): void {
+    if (!(session as { counted?: boolean }).counted) return;
+    const ip = session.remoteAddress;
+    const n = (this.perIp.get(ip) ?? 1) - 1;
+    if (n <= 0) this.perIp.delete(ip);
+    else this.perIp.set(ip, n);
+  }
+
+  private async onRcptTo(address: string, session: SMTPServerSession, cb: (err?: Error) => void): Promise<void> {
+    try {
+      const targets = (session as { targets?: InboundTarget[] }).targets ?? [];
+      if (targets.length >= this.o.policy.maxRecipients) return cb(smtpError(452, '4.5.3 Too many recipients'));
+      for (const step of this.o.steps) {
+        const target = await step(address);
+        if (target && this.o.handlers[target.kind]) {
+          (session as { targets?: InboundTarget[] }).targets = [...targets, target];
+          return cb();
+        }
+      }
+      cb(smtpError(550, '5.1.1 No such recipient here'));
+    } catch (err) {
+      this.o.log.error({ err }, 'inbound recipient check failed');
+      cb(smtpError(451, '4.3.0 Temporary failure, try again later'));
+    }
+  }
+
+  private onData(stream: SMTPServerDataStream, session: SMTPServerSession, cb: (err?: Error | null, message?: string) => void): void {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    stream.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      // Past the limit nothing more is kept: the rest is read and dropped, then refused.
+      if (size <= this.o.maxMessageBytes) chunks.push(chunk);
+    });
+    stream.on('error', (err) => cb(err));
+    stream.on('end', () => {
+      if (stream.sizeExceeded || size > this.o.maxMessageBytes) {
+        return cb(smtpError(552, `5.3.4 Message exceeds the size limit of ${this.o.maxMessageBytes} bytes`));
+      }
+      const targets = (session as { targets?: InboundTarget[] }).targets ?? [];
+      (session as { targets?: InboundTarget[] }).targets = [];
+      const raw = Buffer.concat(chunks);
+      const base = { raw, mailFrom: session.envelope.mailFrom ? session.envelope.mailFrom.address : '', remoteIp: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' };
+      const byKind = new Map<string, InboundTarget[]>();
+      for (const t of targets) byKind.set(t.kind, [...(byKind.get(t.kind) ?? []), t]);
+      Promise.all([...byKind].map(([kind, ts]) => this.o.handlers[kind]!({ ...base, targets: ts }))).then(
+        () => cb(null, 'Message accepted'),
+        (err: Error) => {
+          this.o.log.error({ err }, 'inbound message could not be processed');
+          cb(smtpError(451, '4.3.0 Temporary failure, try again later'));
+        },
+      );
+    });
+  }
+}

@@ -1,0 +1,190 @@
+/**
+ * Bounces and complaints through the inbound SMTP server of a real MTA (real PostgreSQL, real
+ * smtp-server, nodemailer as the reporting MTA): each attribution path, each rejection, each
+ * effect applied once, and the events posted to a loopback backend.
+ */
+import nodemailer from 'nodemailer';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { ProvenanceStore } from '../../../src/mta/delivery/provenance.js';
+import { signToken } from '../../../src/mta/delivery/verp.js';
+import { MTA_EVENT } from '../../../src/shared/contracts/mta.js';
+import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receiver.js';
+import { arfReport, dsnReport } from '../../harness/reports.js';
+import { eventually, postedEvents, startMta, type TestMta } from '../helpers.js';
+
+const KEY = 'feedback-test-verp-key-0123456789';
+const HOST = 'bounces.sender.test';
+let t: TestMta;
+let backend: HttpReceiver;
+let seq = 0;
+
+beforeAll(async () => {
+  backend = await startHttpReceiver();
+  t = await startMta({ start: true, env: { BOUNCE_VERP_KEY: KEY, BOUNCE_HOST: HOST, MTA_WEBHOOK_URL: `${backend.url}/webhooks/mta`, MTA_WEBHOOK_SECRET: 'fb-secret' } });
+});
+afterAll(async () => {
+  await t?.close();
+  await backend?.close();
+});
+beforeEach(() => backend.reset());
+
+/** A send as the delivery engine records it; returns its message id and tokens. */
+async function sent(org = 'org-fb', ip: string | null = '127.0.0.2') {
+  const messageId = `fb-${++seq}`;
+  const recipient = `user${seq}@receiver.test`;
+  const p = new ProvenanceStore(t.db.pool, t.clock);
+  await p.record({ messageId, organizationId: org, campaignId: 'camp-1', recipient, domain: 'receiver.test', ip, sentAt: t.clock.now() });
+  await p.close();
+  return { messageId, recipient, bounce: `bounce+${signToken(messageId, KEY)}@${HOST}`, fbl: `fbl+${signToken(messageId, KEY, 'cfbl')}@${HOST}`, cfblId: signToken(messageId, KEY, 'cfbl') };
+}
+
+async function deliver(to: string, raw: string, from = ''): Promise<void> {
+  const transport = nodemailer.createTransport({ host: '127.0.0.1', port: t.mta.inbound.port!, secure: false, ignoreTLS: true, name: 'mx.provider.test' });
+  try {
+    await transport.sendMail({ envelope: { from, to: [to] }, raw });
+  } finally {
+    transport.close();
+  }
+}
+
+const suppression = async (address: string) => (await t.call('GET', `/suppression/check/${address}`)).body.data;
+const metric = async (name: string, labels: string) => {
+  const text = (await t.call('GET', '/metrics', undefined, null)).body as string;
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}}`));
+  return line ? Number(line.split(' ').at(-1)) : 0;
+};
+const events = async (n: number) => {
+  await t.mta.context.relay.settle();
+  return postedEvents(await backend.waitFor(n, 5_000));
+};
+
+describe('bounces (RFC 3464)', () => {
+  it('a hard DSN at the envelope token suppresses the address sent to and posts `bounced` (hard) once', async () => {
+    const s = await sent();
+    const before = await metric('mta_cfbl_attributions_total', 'source="envelope"');
+    await deliver(s.bounce, dsnReport({ recipient: s.recipient, status: '5.1.1', diagnostic: '550 5.1.1 <x>: Recipient address rejected: User unknown in local recipient table' }));
+    expect(await suppression(s.recipient)).toMatchObject({ suppressed: true, reason: 'hard_bounce' });
+    const [e] = await events(1);
+    expect(e).toMatchObject({ event: MTA_EVENT.bounced, data: { messageId: s.messageId, organizationId: 'org-fb', campaignId: 'camp-1', recipient: s.recipient, type: 'hard', reason: 'userunknown', enhancedCode: '5.1.1', jobId: null, source: 'dsn' } });
+    expect(await metric('mta_cfbl_attributions_total', 'source="envelope"')).toBe(before + 1);
+  });
+
+  it('a DSN about a forwarded copy suppresses the address we sent to, not the one in the report', async () => {
+    const s = await sent();
+    await deliver(s.bounce, dsnReport({ recipient: 'forward-target@elsewhere.test', status: '5.1.1', diagnostic: '550 5.1.1 User unknown' }));
+    expect(await suppression(s.recipient)).toMatchObject({ suppressed: true });
+    expect((await suppression('forward-target@elsewhere.test')).suppressed).toBe(false);
+  });
+
+  it('a soft DSN posts `bounced` (soft), suppresses nothing and counts as a deferral for the sending IP', async () => {
+    const s = await sent();
+    await deliver(s.bounce, dsnReport({ recipient: s.recipient, status: '4.2.2', action: 'delayed', diagnostic: '452 4.2.2 Mailbox full' }));
+    const [e] = await events(1);
+    expect(e).toMatchObject({ event: MTA_EVENT.bounced, data: { type: 'soft', reason: 'mailboxfull', ip: '127.0.0.2' } });
+    expect((await suppression(s.recipient)).suppressed).toBe(false);
+  });
+
+  it('a replayed DSN has no second effect', async () => {
+    const s = await sent();
+    const raw = dsnReport({ recipient: s.recipient, status: '5.1.1', diagnostic: '550 5.1.1 User unknown' });
+    const dupes = await metric('mta_cfbl_rejections_total', 'reason="duplicate"');
+    await deliver(s.bounce, raw);
+    await deliver(s.bounce, raw);
+    await t.mta.context.relay.settle();
+    const posted = postedEvents(backend.requests).filter((e) => e.data.messageId === s.messageId);
+    expect(posted).toHaveLength(1);
+    expect(await metric('mta_cfbl_rejections_total', 'reason="duplicate"')).toBe(dupes + 1);
+  });
+
+  it('an auto-reply is recorded and has no effect', async () => {
+    const s = await sent();
+    const raw = ['From: user@receiver.test', `To: ${s.bounce}`, 'Subject: Out of office', 'Auto-Submitted: auto-replied', 'Date: Wed, 25 Nov 2026 12:00:00 +0000', '', 'I am away until Monday.', ''].join('\r\n');
+    await deliver(s.bounce, raw);
+    const rows = await t.mta.context.stores.feedbackReports.recent(1);
+    expect(rows[0]).toMatchObject({ outcome: 'ignored', kind: 'autoreply' });
+    expect((await suppression(s.recipient)).suppressed).toBe(false);
+  });
+});
+
+describe('complaints (RFC 5965) by each attribution path', () => {
+  it('the CFBL-Address envelope token: suppression `complaint`, event `complained`, source envelope', async () => {
+    const s = await sent();
+    await deliver(s.fbl, arfReport({ recipient: s.recipient }));
+    expect(await suppression(s.recipient)).toMatchObject({ suppressed: true, reason: 'complaint' });
+    const [e] = await events(1);
+    expect(e).toMatchObject({ event: MTA_EVENT.complained, data: { messageId: s.messageId, organizationId: 'org-fb', recipient: s.recipient, feedbackType: 'abuse', source: 'envelope' } });
+  });
+
+  it('an echoed CFBL-Feedback-ID when the envelope token does not verify', async () => {
+    const s = await sent();
+    await deliver(`fbl+bogus@${HOST}`, arfReport({ recipient: 'someone@else.test', cfblFeedbackId: s.cfblId }));
+    const [e] = await events(1);
+    expect(e).toMatchObject({ event: MTA_EVENT.complained, data: { messageId: s.messageId, recipient: s.recipient, source: 'cfbl_feedback_id' } });
+  });
+
+  it('the VERP return path scraped from Original-Mail-From', async () => {
+    const s = await sent();
+    await deliver(`fbl+bogus@${HOST}`, arfReport({ recipient: s.recipient, originalMailFrom: s.bounce }));
+    const [e] = await events(1);
+    expect(e).toMatchObject({ event: MTA_EVENT.complained, data: { messageId: s.messageId, source: 'verp_scrape' } });
+  });
+});
+
+describe('rejected or absorbed, and counted', () => {
+  const rejected = (reason: string) => metric('mta_cfbl_rejections_total', `reason="${reason}"`);
+
+  it('a forged token', async () => {
+    const s = await sent();
+    const forged = s.fbl.replace(/\+([^+@]+)@/, (_m, mac: string) => `+${mac.slice(0, -2)}AA@`);
+    const n = await rejected('invalid_token');
+    await deliver(forged, arfReport({ recipient: s.recipient }));
+    expect(await rejected('invalid_token')).toBe(n + 1);
+    expect((await suppression(s.recipient)).suppressed).toBe(false);
+  });
+
+  it('a bounce token used as a complaint token', async () => {
+    const s = await sent();
+    const n = await rejected('wrong_purpose');
+    await deliver(`fbl+${signToken(s.messageId, KEY)}@${HOST}`, arfReport({ recipient: s.recipient }));
+    expect(await rejected('wrong_purpose')).toBe(n + 1);
+    expect((await suppression(s.recipient)).suppressed).toBe(false);
+  });
+
+  it('an expired token (provenance older than 16 days)', async () => {
+    const s = await sent();
+    t.clock.advance(16 * 86_400_000 + 60_000);
+    const n = await rejected('expired');
+    await deliver(s.fbl, arfReport({ recipient: s.recipient }));
+    expect(await rejected('expired')).toBe(n + 1);
+    expect((await suppression(s.recipient)).suppressed).toBe(false);
+  });
+
+  it('a replayed complaint: one suppression, one event, one breaker marker', async () => {
+    const s = await sent('org-replay');
+    const raw = arfReport({ recipient: s.recipient });
+    const n = await rejected('duplicate');
+    await deliver(s.fbl, raw);
+    await deliver(s.fbl, raw);
+    await t.mta.context.relay.settle();
+    expect(postedEvents(backend.requests).filter((e) => e.event === MTA_EVENT.complained && e.data.messageId === s.messageId)).toHaveLength(1);
+    expect(await rejected('duplicate')).toBe(n + 1);
+    expect(await t.coord.ringRead('mta:breaker:ring:org-replay')).toEqual(['c']);
+    expect(await suppression(s.recipient)).toMatchObject({ suppressed: true, reason: 'complaint' });
+  });
+});
+
+describe('the listener', () => {
+  it('refuses recipients that are not report addresses with 550 5.1.1', async () => {
+    await expect(deliver(`postmaster@${HOST}`, 'Subject: x\r\n\r\nx\r\n')).rejects.toThrow(/550 5\.1\.1/);
+    await expect(deliver(`bounce+x@other.test`, 'Subject: x\r\n\r\nx\r\n')).rejects.toThrow(/550 5\.1\.1/);
+  });
+
+  it('takes reports at a registered return-path host', async () => {
+    expect((await t.call('PUT', '/return-paths/shop.test', { host: 'rp.shop.test' })).status).toBe(201);
+    expect((await t.call('PUT', '/return-paths/shop.test', { host: 'rp.other.test' })).body.error.data.reason).toBe('host_unaligned');
+    const s = await sent();
+    await eventually(async () => (await t.call('GET', '/return-paths')).body.data.length === 1);
+    await deliver(s.bounce.replace(HOST, 'rp.shop.test'), dsnReport({ recipient: s.recipient, status: '5.1.1', diagnostic: '550 5.1.1 User unknown' }));
+    expect(await suppression(s.recipient)).toMatchObject({ suppressed: true });
+  });
+});
