@@ -6,8 +6,10 @@
  */
 import { execFile } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
-import { promisify } from 'node:util';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError } from '../../../src/shared/config.js';
@@ -19,7 +21,6 @@ import { startSmtpSink, type SmtpSink, type SinkMessage } from '../../harness/sm
 import { dkimpyVerify } from '../delivery/dkimpy.js';
 import { postedEvents } from '../helpers.js';
 
-const run = promisify(execFile);
 const KEY = 'lm_mta_bounce_e2e_0123456789abcdefghijklmnop';
 const VERP = 'bounce-e2e-verp-key-0123456789abcdef';
 const rsaPem = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
@@ -74,6 +75,8 @@ describe('a campaign of 50 through the real product', () => {
   let messages: SinkMessage[];
 
   beforeAll(async () => {
+    // Past the default profile's 30 a minute: the breaker, not the throttle, is under test.
+    expect((await api('PUT', '/isp-profiles/fb.test', { defaultRate: 1000, ceiling: 1000, floor: 1, backoffFactor: 0.5, recoveryFactor: 1.1 })).status).toBeLessThan(300);
     for (let i = 0; i < 50; i++) {
       const r = await api('POST', '/send', {
         messageId: `camp-${i}`,
@@ -128,27 +131,28 @@ describe('a campaign of 50 through the real product', () => {
 });
 
 describe('swaks against the inbound listener', () => {
-  const swaks = async (args: string[]) => {
-    try {
-      const r = await run('swaks', ['--server', '127.0.0.1', '--port', String(inboundPort()), '--helo', 'mx.remote.test', ...args], { timeout: 30_000 });
-      return { code: 0, out: r.stdout + r.stderr };
-    } catch (err) {
-      const e = err as { code?: number; stdout?: string; stderr?: string };
-      return { code: e.code ?? 1, out: `${e.stdout ?? ''}${e.stderr ?? ''}` };
-    }
-  };
+  // stdin closed: swaks prompts for anything it misses, and a prompt would wait forever.
+  const swaks = (args: string[]) =>
+    new Promise<{ code: number; out: string }>((resolve) => {
+      const child = execFile('swaks', ['--server', '127.0.0.1', '--port', String(inboundPort()), '--helo', 'mx.remote.test', '--timeout', '20', ...args], { timeout: 30_000, maxBuffer: 16 * 1024 * 1024 }, (err, stdout, stderr) =>
+        resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, out: `${stdout}${stderr}` }),
+      );
+      child.stdin?.end();
+    });
 
   it('an unknown recipient is refused at RCPT with 550 5.1.1', async () => {
-    const r = await swaks(['--from', '', '--to', 'someone@bounces.sender.test', '--quit-after', 'RCPT']);
-    expect(r.out).toMatch(/<~\*\s+550 5\.1\.1/);
+    const r = await swaks(['--from', '<>', '--to', 'someone@bounces.sender.test', '--quit-after', 'RCPT']);
+    expect(r.out).toMatch(/<\*\*\s+550 5\.1\.1/);
   });
 
   it('EHLO announces SIZE and an oversized message gets 552 while it streams', async () => {
     const token = `bounce+${Buffer.from('camp-9').toString('base64url')}+AAAAAAAAAAAAAAAA@bounces.sender.test`;
-    const ehlo = await swaks(['--from', '', '--to', token, '--quit-after', 'EHLO']);
+    const ehlo = await swaks(['--from', '<>', '--to', token, '--quit-after', 'EHLO']);
     expect(ehlo.out).toMatch(/250[- ]SIZE 1048576/);
-    const big = `Subject: big\r\n\r\n${'x'.repeat(76).concat('\r\n').repeat(20_000)}`;
-    const r = await swaks(['--from', '', '--to', token, '--data', big]);
+    const file = join(mkdtempSync(join(tmpdir(), 'lm-swaks-')), 'big.eml');
+    writeFileSync(file, `Subject: big\r\n\r\n${'x'.repeat(76).concat('\r\n').repeat(20_000)}`);
+    const r = await swaks(['--from', '<>', '--to', token, '--data', file]);
+    rmSync(dirname(file), { recursive: true, force: true });
     expect(r.out).toMatch(/<\*\*\s+552 5\.3\.4/);
   });
 });
