@@ -204,8 +204,8 @@ export class AddressAudit {
     if (day > 0 && (recent.day.complained ?? 0) / day > p.causeComplaintRate) causes.push(`complaint rate ${(100 * (recent.day.complained ?? 0) / day).toFixed(2)}% over the last 24 h`);
     const weekAvg = total(recent.week) / 7;
     if (weekAvg > 0 && day > p.causeSpikeFactor * weekAvg) causes.push(`volume spike: ${day} sends in 24 h against a daily average of ${Math.round(weekAvg)}`);
-    if (b.lists.length) causes.push(...b.lists.map((l) => `${l}: ${SUBLIST_ACTION[l] ?? 'see the list operator'}`));
     if (causes.length === 0) causes.push(day === 0 ? 'no sending from this address recently: the listing likely predates it (previous tenant of the address)' : 'nothing in our recent sending metrics stands out');
+    causes.push(...b.lists.map((l) => `${l}: ${SUBLIST_ACTION[l] ?? 'see the list operator'}`));
     const delistingPath = removalUrl ? `fix the cause, then request removal at ${removalUrl}` : `fix the cause, then contact the operator of ${b.zone}`;
     const requestText = [
       `Hello, please review the listing of ${ip} on ${b.zone}${b.codes.length ? ` (${b.codes.join(', ')})` : ''}.`,
@@ -237,8 +237,8 @@ export function judge(a: {
   if (listed.length) {
     return { verdict: 'action_required', lowConfidence, headline: `listed on ${listed.map((b) => b.zone + (b.lists.length ? ` (${b.lists.join(', ')})` : '')).join(', ')}`, nextAction: 'request removal (see each listing), then re-run the audit' };
   }
-  if (a.reverseDns.status !== 'confirmed' && a.reverseDns.status !== 'unknown') return { verdict: 'action_required', lowConfidence, headline: `reverse DNS ${a.reverseDns.status}`, nextAction: 'set a PTR record that resolves back to this address (ideally the EHLO name)' };
   if (unknown.length) return { verdict: 'action_required', lowConfidence, headline: `blocklist status unknown on ${unknown.join(', ')}`, nextAction: 'the resolver did not answer: re-run the audit (POST /ip-audit/run)' };
+  if (a.reverseDns.status !== 'confirmed' && a.reverseDns.status !== 'unknown') return { verdict: 'action_required', lowConfidence, headline: `reverse DNS ${a.reverseDns.status}`, nextAction: 'set a PTR record that resolves back to this address (ideally the EHLO name)' };
   return { verdict: 'clean', lowConfidence, headline: 'clean', nextAction: 'none' };
 }
 
