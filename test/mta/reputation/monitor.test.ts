@@ -54,7 +54,7 @@ const monitor = () => t.mta.context.reputation.monitor;
 /** Settles the outbox so "sent once" is checked after everything written was posted. */
 const settle = () => new Promise((r) => setTimeout(r, 200));
 
-async function pick(pool: string) {
+async function pick(pool: 'campaign' | 'transactional') {
   const c = ctxFor(t, { ipPool: pool });
   await resolvePool.run(c);
   return { r: await selectIp.run(c), ip: c.ip?.address, viaRelay: c.viaRelay };
