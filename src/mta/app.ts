@@ -351,14 +351,22 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     if (n > 0) log.info({ deleted: n }, 'pruned old delivery log rows');
   };
 
+  const inflight = new Set<Promise<unknown>>();
+  const background = (p: Promise<unknown>, failed: string) => {
+    const tracked = p.catch((err) => log.warn({ err }, failed)).finally(() => inflight.delete(tracked));
+    inflight.add(tracked);
+  };
   // Leader-only reputation jobs: the lease is held for one period, so one instance runs each.
   const sweepLeader = async () => {
     if (!cfg.DNSBL_MONITOR) return;
     if (!(await s.coord.acquireLease('mta:leader:dnsbl-sweep', instanceId, policy.reputation.sweepEveryMs - 1_000))) return;
     await monitor.sweep();
   };
-  const auditLeader = async () => {
+  const auditLeader = async (atStart: boolean) => {
     if (!cfg.DNSBL_MONITOR) return;
+    // At start only when no audit from the last period is stored (first start, or a long stop).
+    const last = atStart ? await audit.stored() : null;
+    if (last && s.clock.now() - last.at < policy.reputation.auditEveryMs) return;
     if (!(await s.coord.acquireLease('mta:leader:ip-audit', instanceId, policy.reputation.auditEveryMs - 1_000))) return;
     await audit.run({ force: true });
   };
@@ -385,11 +393,11 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       pruneTimer = setInterval(() => void prune().catch((err) => log.warn({ err }, 'delivery log pruning failed')), PRUNE_EVERY_MS);
       pruneTimer.unref();
       // First start: a sweep (ungates the never-observed addresses) and the audit, then periodically.
-      void sweepLeader().catch((err) => log.warn({ err }, 'blocklist sweep failed'));
-      void auditLeader().catch((err) => log.warn({ err }, 'address audit failed'));
-      sweepTimer = setInterval(() => void sweepLeader().catch((err) => log.warn({ err }, 'blocklist sweep failed')), policy.reputation.sweepEveryMs);
+      background(sweepLeader(), 'blocklist sweep failed');
+      background(auditLeader(true), 'address audit failed');
+      sweepTimer = setInterval(() => background(sweepLeader(), 'blocklist sweep failed'), policy.reputation.sweepEveryMs);
       sweepTimer.unref();
-      auditTimer = setInterval(() => void auditLeader().catch((err) => log.warn({ err }, 'address audit failed')), policy.reputation.auditEveryMs);
+      auditTimer = setInterval(() => background(auditLeader(false), 'address audit failed'), policy.reputation.auditEveryMs);
       auditTimer.unref();
     },
     async stop() {
@@ -397,6 +405,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       clearInterval(sweepTimer);
       clearInterval(auditTimer);
       resolver.cancel();
+      // A sweep or audit in flight finishes (its lookups now fail fast) before the stores close.
+      await Promise.allSettled([...inflight]);
       await worker?.stop();
       await stores.logs.drain();
       await relay.stop();

@@ -118,6 +118,36 @@ export async function ipReputationRoutes(app: HttpApp, m: MtaContext): Promise<v
   );
 
   app.get(
+    '/ip-reputation/pools',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Routing snapshot per pool: ok, dnsbl_listed, dnsbl_partial or dnsbl_unknown',
+        response: {
+          200: Data(Type.Array(Type.Object({ pool: Type.String(), state: Type.String(), eligible: Type.Array(Type.String()), blocked: Type.Array(Type.String()), viaRelay: Type.Boolean() }))),
+          ...masterErrors,
+        },
+      },
+    },
+    async () => {
+      const blocked = await m.state.ipStatus.blocked();
+      const out = [];
+      for (const [pool, ips] of m.pools.pools) {
+        const state = await m.reputation.monitor.snapshot(pool);
+        out.push({
+          pool,
+          state,
+          eligible: ips.filter((i) => blocked[i.address] === undefined).map((i) => i.address),
+          blocked: ips.filter((i) => blocked[i.address] !== undefined).map((i) => i.address),
+          viaRelay: state === 'dnsbl_listed' && m.failoverRelay,
+        });
+      }
+      return { data: out };
+    },
+  );
+
+  app.get(
     '/ip-reputation',
     { schema: { tags, security, summary: 'Summary per configured sending IP', response: { 200: Data(Type.Array(IpView)), ...masterErrors } } },
     async () => ({ data: await views() }),

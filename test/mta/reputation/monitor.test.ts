@@ -120,6 +120,7 @@ describe('blocklist monitoring', () => {
     expect(ev).toHaveLength(1);
     expect(ev[0]!.data).toMatchObject({ ip: '127.0.0.3', zone: 'zen.spamhaus.org', pools: ['campaign'], severity: 'critical', quarantined: true, codes: ['127.0.0.2'], lists: ['SBL'] });
     expect(await monitor().snapshot('campaign')).toBe('dnsbl_partial');
+    expect((await t.call('GET', '/ip-reputation/pools')).body.data[1]).toMatchObject({ pool: 'campaign', state: 'dnsbl_partial', eligible: ['127.0.0.4'] });
     for (let i = 0; i < 3; i++) expect((await pick('campaign')).ip).toBe('127.0.0.4');
   });
 
@@ -164,6 +165,11 @@ describe('blocklist monitoring', () => {
     await sweep();
     expect(await monitor().snapshot('campaign')).toBe('dnsbl_listed');
     expect(await monitor().snapshot('transactional')).toBe('ok');
+    const snap = (await t.call('GET', '/ip-reputation/pools')).body.data;
+    expect(snap).toEqual([
+      { pool: 'transactional', state: 'ok', eligible: ['127.0.0.2'], blocked: [], viaRelay: false },
+      { pool: 'campaign', state: 'dnsbl_listed', eligible: [], blocked: ['127.0.0.3', '127.0.0.4'], viaRelay: false },
+    ]);
 
     const refused = await t.call('POST', '/send', emailJob({ ipPool: 'campaign' }));
     expect(refused.status).toBe(503);
