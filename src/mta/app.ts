@@ -339,7 +339,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     (deliveryEnabled(s.config)
       ? createDeliveryEngine(s, { keys: stores.dkim, registry: metrics.registry, instanceId, bounceHostFallback: [...pools.pools.values()][0]?.[0]?.ehloName })
       : undefined);
-  const failover = opts.failover ?? (cfg.MTA_FAILOVER_RELAY_URL ? new FailoverRelayDeliverer(cfg.MTA_FAILOVER_RELAY_URL, policy.reputation.probeTimeoutMs * 6) : undefined);
+  const failover = opts.failover ?? (cfg.MTA_FAILOVER_RELAY_URL ? new FailoverRelayDeliverer(cfg.MTA_FAILOVER_RELAY_URL, policy.reputation.relayTimeoutMs, stores.dkim) : undefined);
   const handler = deliverer ? createDispatcher({ pipeline, effects, deliverer, failover, clock: s.clock, log }) : null;
   // An address never observed stays out of the pool until a sweep sees it (DNSBL_MONITOR on).
   await monitor.gateUnobserved();

@@ -138,6 +138,8 @@ export interface MtaPolicy {
     auditFreshMs: number;
     /** Egress probe: TCP/25 connect timeout per MX host. */
     probeTimeoutMs: number;
+    /** MTA_FAILOVER_RELAY_URL: connect, greeting and socket timeout. */
+    relayTimeoutMs: number;
     /** Neighbours of the /24 sampled by the audit (spread evenly over the range). */
     neighbourSample: number;
     /** Share of listed neighbours above which the /24 makes an address unusable. */
@@ -247,6 +249,7 @@ export const DEFAULT_POLICY: MtaPolicy = {
     auditEveryMs: 24 * HOUR,
     auditFreshMs: 10 * MINUTE,
     probeTimeoutMs: 5_000,
+    relayTimeoutMs: 30_000,
     neighbourSample: 8,
     neighbourListedShare: 0.5,
     causeBounceRate: 0.05,

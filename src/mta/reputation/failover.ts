@@ -5,12 +5,22 @@
  */
 import nodemailer, { type Transporter } from 'nodemailer';
 import type { Deliverer, DeliveryResult, DeliveryRoute, OutboundMessage } from '../delivery/types.js';
+import type { DkimSigningKey } from '../stores/dkim.js';
+
+/** The DKIM keys of a domain (the MTA's key store), so relayed mail stays aligned for DMARC. */
+export interface SigningKeys {
+  getSigningKeys(domain: string): Promise<DkimSigningKey[]>;
+}
 
 export class FailoverRelayDeliverer implements Deliverer {
   private readonly transport: Transporter;
   private readonly host: string;
 
-  constructor(url: string, timeoutMs: number) {
+  constructor(
+    url: string,
+    timeoutMs: number,
+    private readonly keys?: SigningKeys,
+  ) {
     this.host = new URL(url).hostname;
     this.transport = nodemailer.createTransport(url, {
       pool: true,
@@ -22,8 +32,12 @@ export class FailoverRelayDeliverer implements Deliverer {
   }
 
   async deliver(m: OutboundMessage, route: DeliveryRoute): Promise<DeliveryResult> {
+    // nodemailer signs RSA only; an Ed25519-only domain goes unsigned through the relay.
+    const rsa = (await this.keys?.getSigningKeys(m.dkimDomain))?.filter((k) => k.algorithm === 'rsa-sha256') ?? [];
+    const dkim = rsa.length ? { keys: rsa.map((k) => ({ domainName: m.dkimDomain, keySelector: k.selector, privateKey: k.privateKeyPem })) } : undefined;
     try {
       const info = await this.transport.sendMail({
+        dkim,
         from: m.from,
         to: m.to,
         subject: m.subject,

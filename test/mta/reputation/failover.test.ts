@@ -2,6 +2,7 @@
  * MTA_FAILOVER_RELAY_URL: a pool wholly listed on the critical zone sends through a loopback
  * SMTP relay instead of halting, and says so in all_ips_blocked and the metrics.
  */
+import { generateKeyPairSync } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { Job } from '../../../src/shared/queue/types.js';
 import type { MtaJobPayload } from '../../../src/mta/job.js';
@@ -30,6 +31,7 @@ beforeAll(async () => {
       DNS_SERVERS: dns.servers,
       DNSBL_MONITOR: 'true',
       MTA_FAILOVER_RELAY_URL: `smtp://127.0.0.1:${relay.port}`,
+      DKIM_KEYS: JSON.stringify([{ domain: 'sender.example', selector: 'relay1', privateKey: generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ type: 'pkcs8', format: 'pem' }) }]),
     },
     options: { policy: { ...DEFAULT_POLICY, reputation: { ...DEFAULT_POLICY.reputation, queryTimeoutMs: 150 } } },
   });
@@ -58,6 +60,10 @@ it('routes a wholly listed pool through the relay instead of halting, and says s
   expect(msg!.rcptTo).toContain('reader@far.example');
   expect(msg!.data.toString()).toMatch(/^Subject: Via relay/m);
   expect(msg!.data.toString()).toMatch(/^X-Lettermill-Failover: campaign/m);
+  // Signed with the domain's key from the MTA's store, so relayed mail stays DMARC-aligned.
+  const sig = /^DKIM-Signature: (.*(?:\r?\n[ \t].*)*)/m.exec(msg!.data.toString())?.[1] ?? '';
+  expect(sig).toMatch(/\bd=sender\.example;/);
+  expect(sig).toMatch(/\bs=relay1;/);
 
   const [ev] = await eventually(() => (postedEvents(backend.requests).some((e) => e.event === 'all_ips_blocked') ? postedEvents(backend.requests).filter((e) => e.event === 'all_ips_blocked') : null));
   expect(ev!.data).toMatchObject({ pool: 'campaign', viaRelay: true, measured: true });
