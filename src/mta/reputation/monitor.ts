@@ -79,11 +79,15 @@ export class BlocklistMonitor {
     return (await this.d.coord.getJson<Record<string, ReverseDns & { at: number }>>(RDNS_KEY)) ?? {};
   }
 
-  /** At start: with the monitor on, an address with no critical-zone answer yet stays out of the pool. */
+  /** At start: with the monitor on, an address with no critical-zone answer yet stays out of the pool; off, that gate is lifted. */
   async gateUnobserved(): Promise<void> {
-    if (!this.d.enabled) return;
-    const obs = await this.observations();
     const blocked = await this.d.ipStatus.blocked();
+    if (!this.d.enabled) {
+      // Turned off after it was on: the "not observed" gate goes with it (listings stay until delisted).
+      for (const ip of this.addresses()) if (blocked[ip]?.reason === BLOCK_REASON.notObserved) await this.d.ipStatus.unblock(ip);
+      return;
+    }
+    const obs = await this.observations();
     for (const ip of this.addresses()) {
       if (obs[ip]?.[this.d.zones.critical]?.confirmed) continue;
       if (blocked[ip] === undefined) await this.d.ipStatus.markBlocked(ip, BLOCK_REASON.notObserved);
