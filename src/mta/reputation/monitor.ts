@@ -64,6 +64,8 @@ export interface MonitorDeps {
 }
 
 export class BlocklistMonitor {
+  private running: Promise<SweepEntry[]> | null = null;
+
   constructor(private readonly d: MonitorDeps) {}
 
   /** The addresses a sweep looks at (the OS-chosen wildcard has no address to look up). */
@@ -94,8 +96,18 @@ export class BlocklistMonitor {
     }
   }
 
-  /** One sweep now: every address × (critical + warning zones), then the decisions and their events. */
-  async sweep(): Promise<SweepEntry[]> {
+  /**
+   * One sweep now: every address × (critical + warning zones), then the decisions and their
+   * events. A call while one runs shares it (two sweeps at once could send a transition twice).
+   */
+  sweep(): Promise<SweepEntry[]> {
+    this.running ??= this.sweepOnce().finally(() => {
+      this.running = null;
+    });
+    return this.running;
+  }
+
+  private async sweepOnce(): Promise<SweepEntry[]> {
     const { critical, warning } = this.d.zones;
     const zones = [critical, ...warning];
     const ips = this.addresses();
