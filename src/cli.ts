@@ -1,7 +1,11 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
-import { ConfigError, describeConfig, ROLES, type Role } from './shared/config.js';
-import { migrateOnly, startLettermill, type Running } from './runtime/boot.js';
+import { ConfigError, describeConfig, loadConfig, ROLES, type Role } from './shared/config.js';
+import { runDoctor } from './runtime/doctor.js';
+import type { Running } from './runtime/boot.js';
+
+// The server's modules load only for the commands that run it (doctor starts in a fraction of the time).
+const boot = () => import('./runtime/boot.js');
 
 const USAGE = `Usage: lettermill <command> [options]
 
@@ -9,6 +13,8 @@ Commands:
   serve [--role backend|mta|all]   start the given role (default: all, in one process)
   migrate                          apply database migrations and exit
   config                           list every configuration variable
+  doctor [--json]                  the sending-address audit from the MTA (MTA_URL, MTA_API_KEY);
+                                   exits 1 when an address is unusable
   help                             show this help
 `;
 
@@ -36,7 +42,7 @@ async function serve(role: Role): Promise<void> {
   process.on('SIGINT', () => void shutdown('SIGINT'));
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   // Handlers are registered first; no signal can run before this line (same synchronous turn).
-  const starting: Promise<Running> = startLettermill({ role });
+  const starting: Promise<Running> = boot().then((b) => b.startLettermill({ role }));
   await starting;
 }
 
@@ -49,7 +55,7 @@ async function main(argv: string[]): Promise<void> {
       return serve(values.role as Role);
     }
     case 'migrate': {
-      const { migrations, functions } = await migrateOnly();
+      const { migrations, functions } = await (await boot()).migrateOnly();
       const applied = [...migrations, ...functions.map((f) => `functions/${f}.sql`)];
       process.stdout.write(applied.length ? `applied: ${applied.join(', ')}\n` : 'database is up to date\n');
       return;
@@ -60,6 +66,20 @@ async function main(argv: string[]): Promise<void> {
         process.stdout.write(`${v.name.padEnd(30)} ${v.doc}; ${v.expects}${def}\n`);
       }
       return;
+    case 'doctor': {
+      const { values } = parseArgs({ args: rest, options: { json: { type: 'boolean', default: false } } });
+      // Only the variables doctor reads: the rest of the environment is the server's business.
+      const env = process.env;
+      const cfg = loadConfig({ MTA_URL: env.MTA_URL, MTA_API_KEY: env.MTA_API_KEY, MTA_PORT: env.MTA_PORT });
+      const code = await runDoctor({
+        mtaUrl: cfg.MTA_URL ?? `http://127.0.0.1:${cfg.MTA_PORT}`,
+        apiKey: cfg.MTA_API_KEY,
+        json: values.json ?? false,
+        write: (s) => process.stdout.write(s),
+      });
+      process.exitCode = code;
+      return;
+    }
     case 'help':
     case '--help':
     case '-h':

@@ -26,7 +26,15 @@ import { deliveryLogRoutes } from './routes/delivery-logs.js';
 import { dkimRoutes } from './routes/dkim.js';
 import { dlqRoutes } from './routes/dlq.js';
 import { healthRoutes } from './routes/health.js';
+import { ipAuditRoutes } from './routes/ip-audit.js';
 import { ipReputationRoutes } from './routes/ip-reputation.js';
+import { AddressAudit } from './reputation/audit.js';
+import { DnsblResolver, type Sleep } from './reputation/dnsbl.js';
+import { FailoverRelayDeliverer } from './reputation/failover.js';
+import { BlocklistMonitor } from './reputation/monitor.js';
+import { forwardConfirmed } from './reputation/rdns.js';
+import { createLookup } from '../shared/net/resolve.js';
+import { SafeHttpClient } from '../shared/net/client.js';
 import { ispProfileRoutes } from './routes/isp-profiles.js';
 import { orgLimitRoutes } from './routes/org-limits.js';
 import { poolRuleRoutes } from './routes/pool-rules.js';
@@ -87,6 +95,10 @@ export interface MtaOptions {
   random?: () => number;
   /** Names this instance in shared leases (default: random). */
   instanceId?: string;
+  /** Waits between blocklist lookup attempts (tests advance a ManualClock instead). */
+  dnsblSleep?: Sleep;
+  /** The failover relay's deliverer (default: MTA_FAILOVER_RELAY_URL's when set). */
+  failover?: Deliverer;
 }
 
 export interface MtaInstance extends MtaRole {
@@ -198,6 +210,48 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     warming,
   };
 
+  // Reputation guard: one resolver for the monitor and the audit, both through DNS_SERVERS.
+  const cfg = s.config;
+  const dnsServers = cfg.DNS_SERVERS ?? [];
+  const resolver = new DnsblResolver({ servers: dnsServers, clock: s.clock, policy: policy.reputation, sleep: opts.dnsblSleep });
+  const monitor = new BlocklistMonitor({
+    coord: s.coord,
+    clock: s.clock,
+    pools,
+    ipStatus,
+    resolver,
+    events: relay,
+    policy: policy.reputation,
+    zones: { critical: cfg.DNSBL_CRITICAL_ZONE, warning: cfg.DNSBL_WARNING_ZONES },
+    enabled: cfg.DNSBL_MONITOR,
+    reverseDns: (ip, ehlo) => forwardConfirmed(ip, ehlo, { servers: dnsServers, timeoutMs: policy.reputation.queryTimeoutMs }),
+  });
+  const lookup = createLookup(dnsServers);
+  const audit = new AddressAudit({
+    coord: s.coord,
+    clock: s.clock,
+    pools,
+    resolver,
+    policy: policy.reputation,
+    dnsServers,
+    zones: { critical: cfg.DNSBL_CRITICAL_ZONE, warning: cfg.DNSBL_WARNING_ZONES, further: cfg.DNSBL_AUDIT_ZONES },
+    feeds: {
+      dqsKey: cfg.SPAMHAUS_DQS_KEY,
+      dqsZone: cfg.SPAMHAUS_DQS_ZONE,
+      abuseIpdbKey: cfg.ABUSEIPDB_API_KEY,
+      abuseIpdbUrl: cfg.ABUSEIPDB_URL,
+      http: cfg.ABUSEIPDB_API_KEY ? new SafeHttpClient({ allowHosts: cfg.WEBHOOK_ALLOW_HOSTS, lookup, clock: s.clock }) : undefined,
+    },
+    probeHosts: cfg.AUDIT_PROBE_MX_HOSTS,
+    lookup,
+    async recent(ip) {
+      const now = s.clock.now();
+      const [day, week] = await Promise.all([stores.logs.byIp(now - 86_400_000), stores.logs.byIp(now - 7 * 86_400_000)]);
+      return { day: day.get(ip) ?? {}, week: week.get(ip) ?? {} };
+    },
+  });
+  const failoverRelay = !!cfg.MTA_FAILOVER_RELAY_URL;
+
   const context: MtaContext = {
     services: s,
     policy,
@@ -208,6 +262,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     metrics,
     stores,
     state,
+    failoverRelay,
+    reputation: { monitor, audit },
     queueDepth,
     noteEnqueued: () => {
       depth.value++;
@@ -238,6 +294,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     throttle: state.throttle,
     warming,
     events: relay,
+    failoverRelay,
     random: opts.random ?? Math.random,
   };
   const effects: EffectDeps = {
@@ -263,7 +320,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     return metrics.registry.metrics();
   });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
-  const groups = [returnPathRoutes, credentialRoutes, dkimRoutes, orgLimitRoutes, poolRuleRoutes, ispProfileRoutes, ipReputationRoutes, suppressionRoutes, deliveryLogRoutes, queueRoutes, dlqRoutes];
+  const groups = [returnPathRoutes, credentialRoutes, dkimRoutes, orgLimitRoutes, poolRuleRoutes, ispProfileRoutes, ipReputationRoutes, ipAuditRoutes, suppressionRoutes, deliveryLogRoutes, queueRoutes, dlqRoutes];
   for (const group of groups) {
     await app.register(async (g: FastifyInstance) => group(g.withTypeProvider<TypeBoxTypeProvider>() as HttpApp, context));
   }
@@ -290,6 +347,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
   let worker: Worker<MtaJobPayload> | null = null;
   let pruneTimer: NodeJS.Timeout | undefined;
   const firstEhlo = [...pools.pools.values()][0]?.[0]?.ehloName;
+  let sweepTimer: NodeJS.Timeout | undefined;
+  let auditTimer: NodeJS.Timeout | undefined;
   const deliverer =
     opts.deliverer ??
     (deliveryEnabled(s.config)
@@ -334,7 +393,10 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     handlers: { bounce: feedback.handle, fbl: feedback.handle },
     log,
   });
-  const handler = deliverer ? createDispatcher({ pipeline, effects, deliverer, clock: s.clock, log }) : null;
+  const failover = opts.failover ?? (cfg.MTA_FAILOVER_RELAY_URL ? new FailoverRelayDeliverer(cfg.MTA_FAILOVER_RELAY_URL, policy.reputation.relayTimeoutMs, stores.dkim) : undefined);
+  const handler = deliverer ? createDispatcher({ pipeline, effects, deliverer, failover, clock: s.clock, log }) : null;
+  // An address never observed stays out of the pool until a sweep sees it (DNSBL_MONITOR on).
+  await monitor.gateUnobserved();
 
   const prune = async () => {
     if (!(await s.coord.acquireLease('mta:leader:log-prune', instanceId, PRUNE_EVERY_MS))) return;
@@ -343,6 +405,26 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     if (n > 0) log.info({ deleted: n }, 'pruned old delivery log rows');
     const r = await stores.feedbackReports.prune(policy.feedback.horizonMs);
     if (r > 0) log.info({ deleted: r }, 'pruned reports past the 16-day horizon');
+  };
+
+  const inflight = new Set<Promise<unknown>>();
+  const background = (p: Promise<unknown>, failed: string) => {
+    const tracked = p.catch((err) => log.warn({ err }, failed)).finally(() => inflight.delete(tracked));
+    inflight.add(tracked);
+  };
+  // Leader-only reputation jobs: the lease is held for one period, so one instance runs each.
+  const sweepLeader = async () => {
+    if (!cfg.DNSBL_MONITOR) return;
+    if (!(await s.coord.acquireLease('mta:leader:dnsbl-sweep', instanceId, policy.reputation.sweepEveryMs - 1_000))) return;
+    await monitor.sweep();
+  };
+  const auditLeader = async (atStart: boolean) => {
+    if (!cfg.DNSBL_MONITOR) return;
+    // At start only when no audit from the last period is stored (first start, or a long stop).
+    const last = atStart ? await audit.stored() : null;
+    if (last && s.clock.now() - last.at < policy.reputation.auditEveryMs) return;
+    if (!(await s.coord.acquireLease('mta:leader:ip-audit', instanceId, policy.reputation.auditEveryMs - 1_000))) return;
+    await audit.run({ force: true });
   };
 
   return {
@@ -369,14 +451,27 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       }
       pruneTimer = setInterval(() => void prune().catch((err) => log.warn({ err }, 'delivery log pruning failed')), PRUNE_EVERY_MS);
       pruneTimer.unref();
+      // First start: a sweep (ungates the never-observed addresses) and the audit, then periodically.
+      background(sweepLeader(), 'blocklist sweep failed');
+      background(auditLeader(true), 'address audit failed');
+      sweepTimer = setInterval(() => background(sweepLeader(), 'blocklist sweep failed'), policy.reputation.sweepEveryMs);
+      sweepTimer.unref();
+      auditTimer = setInterval(() => background(auditLeader(false), 'address audit failed'), policy.reputation.auditEveryMs);
+      auditTimer.unref();
     },
     async stop() {
       clearInterval(pruneTimer);
       await inbound.stop();
+      clearInterval(sweepTimer);
+      clearInterval(auditTimer);
+      resolver.cancel();
+      // A sweep or audit in flight finishes (its lookups now fail fast) before the stores close.
+      await Promise.allSettled([...inflight]);
       await worker?.stop();
       await stores.logs.drain();
       await relay.stop();
       await deliverer?.close();
+      await failover?.close();
       for (const c of caches) c.stop();
       await feed.stop();
     },

@@ -22,6 +22,8 @@ import type { OrgLimitStore } from './stores/org-limits.js';
 import type { PoolRuleStore } from './stores/pool-rules.js';
 import type { ReturnPathStore } from './stores/return-paths.js';
 import type { FeedbackReportStore } from './stores/feedback-reports.js';
+import type { AddressAudit } from './reputation/audit.js';
+import type { BlocklistMonitor } from './reputation/monitor.js';
 import type { SuppressionStore } from './stores/suppression.js';
 
 /** What the MTA's routes and workers are built from (assembled once in app.ts). */
@@ -56,6 +58,10 @@ export interface MtaContext {
     throttle: Throttle;
     warming: Warming;
   };
+  /** MTA_FAILOVER_RELAY_URL is set. */
+  failoverRelay: boolean;
+  /** Blocklist monitor and sending-address audit (src/mta/reputation/). */
+  reputation: { monitor: BlocklistMonitor; audit: AddressAudit };
   /** Queue depth for back-pressure, cached briefly so /send does not count on every request. */
   queueDepth(): Promise<number>;
   /** Counts an enqueue of this instance into the cached depth at once. */

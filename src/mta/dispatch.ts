@@ -10,6 +10,8 @@ export interface DispatchDeps {
   pipeline: PipelineDeps;
   effects: EffectDeps;
   deliverer: Deliverer;
+  /** MTA_FAILOVER_RELAY_URL's deliverer, for jobs select_ip routed `viaRelay`. */
+  failover?: Deliverer;
   clock: Clock;
   log: Logger;
 }
@@ -80,7 +82,9 @@ export function createDispatcher(d: DispatchDeps): JobHandler<MtaJobPayload> {
     let result: DeliveryResult;
     const stop = metrics?.deliveryDuration.startTimer();
     try {
-      result = await d.deliverer.deliver(toOutbound(job.payload), { pool: ctx.pool!, bindIp: ctx.ip!.address, ehloName: ctx.ip!.ehloName });
+      const via = ctx.viaRelay && d.failover ? d.failover : d.deliverer;
+      if (ctx.viaRelay) metrics?.failoverSends.inc({ pool: ctx.pool! });
+      result = await via.deliver(toOutbound(job.payload), { pool: ctx.pool!, bindIp: ctx.ip!.address, ehloName: ctx.ip!.ehloName });
     } catch (err) {
       // The engine failed, not the recipient: treat as temporary, without touching the destination's
       // state; nothing was sent, so every reservation (the warming slot too) is given back.

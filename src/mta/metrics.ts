@@ -94,6 +94,12 @@ export function createMetrics(collectors: {
     labelNames: ['organization'],
     registers: [registry],
   });
+  const failoverSends = new Counter({
+    name: 'mta_failover_relay_sends_total',
+    help: 'Jobs sent through MTA_FAILOVER_RELAY_URL because their whole pool is listed on the critical zone',
+    labelNames: ['pool'],
+    registers: [registry],
+  });
   const breakerTrips = new Counter({
     name: 'mta_circuit_breaker_trips_total',
     help: 'Closed → Open transitions taken by this instance',
@@ -145,6 +151,7 @@ export function createMetrics(collectors: {
     jobs,
     deliveryDuration,
     breakerTrips,
+    failoverSends,
     webhookEvents,
     suppressionsAdded,
     feedbackAttributions,

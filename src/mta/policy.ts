@@ -120,6 +120,36 @@ export interface MtaPolicy {
   deferJitter: number;
   /** Events whose emission is rate-limited per subject (e.g. per pool) to one per period. */
   eventRepeatMs: { all_ips_blocked: number };
+  /** Blocklist lookups, monitoring and the sending-address audit (src/mta/reputation/, docs/reputation.md). */
+  reputation: {
+    /** One DNS query's timeout. */
+    queryTimeoutMs: number;
+    /** mta.md: at most 3 attempts per lookup. */
+    attempts: number;
+    /** Wait before the 2nd attempt; each further one doubles it. */
+    backoffBaseMs: number;
+    /** Lookups of one sweep in flight at once. */
+    concurrency: number;
+    /** mta.md: a sweep every 15 minutes. */
+    sweepEveryMs: number;
+    /** The audit runs this often on the leader (and at first start). */
+    auditEveryMs: number;
+    /** POST /ip-audit/run serves an audit younger than this instead of probing again. */
+    auditFreshMs: number;
+    /** Egress probe: TCP/25 connect timeout per MX host. */
+    probeTimeoutMs: number;
+    /** MTA_FAILOVER_RELAY_URL: connect, greeting and socket timeout. */
+    relayTimeoutMs: number;
+    /** Neighbours of the /24 sampled by the audit (spread evenly over the range). */
+    neighbourSample: number;
+    /** Share of listed neighbours above which the /24 makes an address unusable. */
+    neighbourListedShare: number;
+    /** Removal assistant: a bounce or complaint rate above these (last 24 h) is named as the likely cause. */
+    causeBounceRate: number;
+    causeComplaintRate: number;
+    /** Removal assistant: today's volume above this multiple of the daily average of the week is a spike. */
+    causeSpikeFactor: number;
+  };
   /** Events to the backend through the outbox (src/mta/outbox/). */
   events: {
     /** Posts of one event before it is dead-lettered (each DLQ retry gives it this many again). */
@@ -213,6 +243,22 @@ export const DEFAULT_POLICY: MtaPolicy = {
   defaultPriority: 3,
   deferJitter: 0.15,
   eventRepeatMs: { all_ips_blocked: 15 * MINUTE },
+  reputation: {
+    queryTimeoutMs: 2_000,
+    attempts: 3,
+    backoffBaseMs: 500,
+    concurrency: 32,
+    sweepEveryMs: 15 * MINUTE,
+    auditEveryMs: 24 * HOUR,
+    auditFreshMs: 10 * MINUTE,
+    probeTimeoutMs: 5_000,
+    relayTimeoutMs: 30_000,
+    neighbourSample: 8,
+    neighbourListedShare: 0.5,
+    causeBounceRate: 0.05,
+    causeComplaintRate: 0.001,
+    causeSpikeFactor: 3,
+  },
   // The retry schedule of the former `mta-events` queue: 7 posts over about 2.7 hours.
   events: {
     maxAttempts: 7,

@@ -209,6 +209,26 @@ export async function pollUntil<T>(
 // DNS server
 // ---------------------------------------------------------------------------------------
 
+/**
+ * A resolver address that never answers: a UDP socket (and TCP listener) on loopback that
+ * reads queries and drops them, so clients time out (the "timeout" answer type).
+ */
+export async function startSilentResolver(host = '127.0.0.1'): Promise<{ servers: string; queries(): number; close(): Promise<void> }> {
+  const port = await findFreePort(host, { udp: true });
+  const udp = createSocket('udp4');
+  let count = 0;
+  udp.on('message', () => count++);
+  await new Promise<void>((resolve, reject) => {
+    udp.once('error', reject);
+    udp.bind(port, host, () => resolve());
+  });
+  return {
+    servers: `${host}:${port}`,
+    queries: () => count,
+    close: () => new Promise<void>((resolve) => udp.close(() => resolve())),
+  };
+}
+
 export type DnsRecordType = 'A' | 'AAAA' | 'MX' | 'TXT' | 'CNAME' | 'PTR' | 'NS' | 'SRV' | 'TLSA' | 'CAA';
 
 /**
@@ -238,6 +258,11 @@ export interface StartDnsServerOptions {
   defaultTtl?: number;
   /** How long to wait for knotd to start answering (default 15 s). */
   startTimeoutMs?: number;
+  /**
+   * Zones knotd is configured for but cannot load (no zone file): every query in them is
+   * answered SERVFAIL, as a broken upstream resolver would.
+   */
+  servfailZones?: string[];
 }
 
 export interface DnsServer {
@@ -369,7 +394,7 @@ function quoteConf(s: string): string {
   return JSON.stringify(s);
 }
 
-function renderConf(dir: string, host: string, port: number, zones: Iterable<ZoneState>): string {
+function renderConf(dir: string, host: string, port: number, zones: Iterable<ZoneState>, broken: readonly string[] = []): string {
   const lines = [
     'server:',
     `    rundir: ${quoteConf(dir)}`,
@@ -407,6 +432,10 @@ function renderConf(dir: string, host: string, port: number, zones: Iterable<Zon
   for (const z of zones) {
     any = true;
     lines.push(`  - domain: ${quoteConf(z.fqdn)}`, `    file: ${quoteConf(z.file)}`);
+  }
+  for (const [i, name] of broken.entries()) {
+    any = true;
+    lines.push(`  - domain: ${quoteConf(fqdn(name))}`, `    file: ${quoteConf(join(dir, `missing-${i}.zone`))}`);
   }
   if (!any) lines.pop();
   return `${lines.join('\n')}\n`;
@@ -479,7 +508,7 @@ export async function startDnsServer(opts: StartDnsServerOptions): Promise<DnsSe
 
     for (let attempt = 0; ; attempt++) {
       port = opts.port ?? (await findFreePort(host, { udp: true }));
-      await writeFile(confPath, renderConf(dir, host, port, zones.values()));
+      await writeFile(confPath, renderConf(dir, host, port, zones.values(), opts.servfailZones));
       child = spawnDaemon(knotd, ['-c', confPath], { cwd: dir });
       stderr = tailLines(child.stderr);
       child.stdout?.resume();
@@ -547,12 +576,12 @@ export async function startDnsServer(opts: StartDnsServerOptions): Promise<DnsSe
           const added = addZone(key, records);
           try {
             await writeFile(added.file, text);
-            await writeFile(confPath, renderConf(dir, host, port, zones.values()));
+            await writeFile(confPath, renderConf(dir, host, port, zones.values(), opts.servfailZones));
             await knotctl(['-b', 'reload']);
             await waitForSerial(added, 10_000, logMark);
           } catch (err) {
             zones.delete(key);
-            await writeFile(confPath, renderConf(dir, host, port, zones.values()));
+            await writeFile(confPath, renderConf(dir, host, port, zones.values(), opts.servfailZones));
             await knotctl(['-b', 'reload']).catch(() => undefined);
             throw err;
           }

@@ -291,19 +291,21 @@ describe('back-pressure and emergency mode', () => {
     }
   });
 
-  it('answers 503 while every sending IP is blocked', async () => {
+  it('answers 503 for a pool while every sending IP of that pool is blocked', async () => {
     const ips = t.mta.context.state.ipStatus;
-    await ips.markBlocked('127.0.0.2', 'listed', 'zen.example');
     await ips.markBlocked('127.0.0.3', 'listed', 'zen.example');
-    expect((await t.call('POST', '/send', emailJob())).status).toBe(202); // one address is still usable
+    expect((await t.call('POST', '/send', emailJob({ ipPool: 'campaign' }))).status).toBe(202); // one address is still usable
     await ips.markBlocked('127.0.0.4', 'listed', 'zen.example');
-    const r = await t.call('POST', '/send', emailJob());
+    const r = await t.call('POST', '/send', emailJob({ ipPool: 'campaign' }));
     expect(r.status).toBe(503);
     expect(r.body.error).toMatchObject({ category: 'unavailable', data: { reason: 'all_ips_blocked' } });
+    expect((await t.call('POST', '/send', emailJob({ ipPool: 'transactional' }))).status).toBe(202); // another pool still sends
+    await ips.markBlocked('127.0.0.2', 'listed', 'zen.example');
+    expect((await t.call('POST', '/send', emailJob())).status).toBe(503);
     const metrics = await t.call('GET', '/metrics', undefined, null);
     expect(metrics.body).toMatch(/^mta_emergency_mode 1$/m);
     await ips.unblock('127.0.0.4');
-    expect((await t.call('POST', '/send', emailJob())).status).toBe(202);
+    expect((await t.call('POST', '/send', emailJob({ ipPool: 'campaign' }))).status).toBe(202);
     await ips.unblock('127.0.0.2');
     await ips.unblock('127.0.0.3');
   });

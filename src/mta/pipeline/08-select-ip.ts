@@ -5,6 +5,9 @@ import { routeIsGroupWide } from './07-resolve-pool.js';
 import { CONTINUE, defer, type Phase, type PipelineContext } from './types.js';
 
 const DAY_MS = 86_400_000;
+/** The monitor's mark for a critical-zone listing (src/mta/reputation/monitor.ts BLOCK_REASON). */
+const LISTED = 'dnsbl_listed';
+const NOT_OBSERVED = 'dnsbl_not_observed';
 // Lease owners must differ between calls and instances, or a second caller would renew, not lose.
 const OWNER = randomUUID();
 let seq = 0;
@@ -15,6 +18,8 @@ let seq = 0;
  * same check. Never falls back to a blocked address: with none eligible the job defers and
  * `all_ips_blocked` is emitted (at most once per pool per policy.eventRepeatMs); the whole
  * queue group waits when every job of it is routed through this pool (routeIsGroupWide).
+ * When every address is listed on the critical zone and MTA_FAILOVER_RELAY_URL is set, the job
+ * goes through the relay instead (`viaRelay`).
  * Leaves the eligible addresses in round-robin order from the chosen one for acquire_slot.
  */
 export const selectIp: Phase = {
@@ -31,6 +36,14 @@ export const selectIp: Phase = {
       candidates = d ? [d] : [];
     } else candidates = pools.pools.get(pool) ?? [];
     const eligible = candidates.filter((c) => blocked[c.address] === undefined);
+    // dnsbl_listed with a failover relay: the relay takes the traffic instead of halting.
+    if (eligible.length === 0 && ctx.deps.failoverRelay && candidates.length > 0 && candidates.every((c) => blocked[c.address]?.reason === LISTED)) {
+      ctx.ip = candidates[0];
+      ctx.candidates = [candidates[0]];
+      ctx.viaRelay = true;
+      await announce(ctx, pool, candidates, blocked, true);
+      return CONTINUE;
+    }
     if (eligible.length === 0) {
       await announce(ctx, pool, candidates, blocked);
       return defer(ctx.deps.policy.noEligibleIpDeferMs, ctx.dedicatedIp ? 'dedicated_ip_blocked' : 'no_eligible_ip', {
@@ -49,6 +62,7 @@ async function announce(
   pool: string,
   candidates: readonly SendingIp[],
   blocked: Record<string, { reason: string; zone?: string; since: number }>,
+  viaRelay = false,
 ): Promise<void> {
   const { coord, events, policy } = ctx.deps;
   const won = await coord.acquireLease(`mta:evt:all_ips_blocked:${pool}`, `${OWNER}:${++seq}`, policy.eventRepeatMs.all_ips_blocked);
@@ -56,7 +70,9 @@ async function announce(
   await events.emit(MTA_EVENT.allIpsBlocked, {
     pool,
     dedicatedIp: ctx.dedicatedIp ?? null,
-    measured: true,
+    viaRelay,
+    // Not measured: some address is out only because no blocklist answer was ever obtained.
+    measured: !candidates.some((c) => blocked[c.address]?.reason === NOT_OBSERVED),
     addresses: candidates.map((c) => ({
       ip: c.address,
       reason: blocked[c.address]?.reason ?? 'not_configured',

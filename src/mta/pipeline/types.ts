@@ -90,6 +90,8 @@ export interface PipelineDeps {
   throttle: Throttle;
   warming: Warming;
   events: MtaEvents;
+  /** MTA_FAILOVER_RELAY_URL is set: a pool wholly listed on the critical zone sends through it. */
+  failoverRelay: boolean;
   /** [0, 1): jitter and tie-breaks; injectable for tests. */
   random: () => number;
 }
@@ -106,6 +108,8 @@ export interface PipelineContext {
   ip?: SendingIp;
   /** Set by select_ip: the eligible addresses, the chosen one first, then in round-robin order. */
   candidates?: readonly SendingIp[];
+  /** Set by select_ip when the whole pool is listed and the failover relay takes its traffic. */
+  viaRelay?: boolean;
   /** Set by circuit_breaker while the organization is half-open (this send is a test send). */
   breakerProbe?: { epoch: number };
   reservations: Reservation[];

@@ -19,14 +19,41 @@ const IpView = Type.Object({
     graduatedAt: Nullable(Type.String()),
   }),
   last24h: Type.Record(Type.String(), Type.Integer(), { description: 'attempt outcomes from this IP by status' }),
-  blocklist: Type.Object({ status: Type.Literal('not_monitored') }),
-  reverseDns: Type.Object({ status: Type.Literal('not_checked') }),
+  blocklist: Type.Object({
+    monitored: Type.Boolean({ description: 'DNSBL_MONITOR: off means no address is gated by blocklists' }),
+    zones: Type.Array(
+      Type.Object({
+        zone: Type.String(),
+        severity: Type.String({ description: 'critical (quarantines) or warning (advisory)' }),
+        state: Type.String({ description: 'listed, clean, unknown, or not_observed' }),
+        codes: Type.Array(Type.String()),
+        lists: Type.Array(Type.String()),
+        cause: Nullable(Type.String()),
+        observedAt: Nullable(Type.String()),
+        confirmed: Nullable(Type.String({ description: 'the decision an unknown keeps' })),
+        confirmedAt: Nullable(Type.String()),
+      }),
+    ),
+  }),
+  reverseDns: Type.Object({
+    status: Type.String({ description: 'confirmed, mismatch, missing, unknown, or not_observed' }),
+    ptr: Type.Array(Type.String()),
+    ehloAligned: Nullable(Type.Boolean()),
+    observedAt: Nullable(Type.String()),
+  }),
+  blockReasons: Type.Array(Type.String()),
+});
+const SweepView = Type.Object({
+  ip: Type.String(),
+  pools: Type.Array(Type.String()),
+  quarantined: Type.Boolean(),
+  zones: Type.Array(Type.Object({ zone: Type.String(), severity: Type.String(), state: Type.String(), codes: Type.Array(Type.String()), lists: Type.Array(Type.String()), cause: Nullable(Type.String()), at: Type.String() })),
 });
 
 /**
- * /ip-reputation: what this MTA knows about each sending IP today — pools, eligibility and
- * block marks, warming, recent outcomes. Blocklist monitoring and reverse-DNS checks are later
- * capabilities; their fields say so instead of guessing.
+ * /ip-reputation: what this MTA knows about each sending IP — pools, eligibility and block
+ * reasons, warming, recent outcomes, the blocklist state by zone and reverse DNS as of the
+ * last sweep (src/mta/reputation/monitor.ts); `not_observed` until a sweep has seen it.
  */
 export async function ipReputationRoutes(app: HttpApp, m: MtaContext): Promise<void> {
   app.addHook('onRequest', m.auth.masterOnly);
@@ -35,6 +62,11 @@ export async function ipReputationRoutes(app: HttpApp, m: MtaContext): Promise<v
 
   async function views(only?: string) {
     const blocked = await m.state.ipStatus.blocked();
+    const { monitor } = m.reputation;
+    const obs = await monitor.observations();
+    const rdns = await monitor.reverseDns();
+    const zones = [m.services.config.DNSBL_CRITICAL_ZONE, ...m.services.config.DNSBL_WARNING_ZONES];
+    const iso = (t: number | null | undefined) => (t === null || t === undefined ? null : new Date(t).toISOString());
     const recent = await m.stores.logs.byIp(m.services.clock.now() - 86_400_000);
     const out = [];
     for (const ip of m.pools.addresses) {
@@ -50,12 +82,70 @@ export async function ipReputationRoutes(app: HttpApp, m: MtaContext): Promise<v
         block: b ? { reason: b.reason, zone: b.zone ?? null, since: new Date(b.since).toISOString() } : null,
         warming: { warmed: w.warmed, day: w.day, cap: w.cap, sentToday: w.sentToday, graduatedAt: w.graduatedAt === null ? null : new Date(w.graduatedAt).toISOString() },
         last24h: recent.get(ip) ?? {},
-        blocklist: { status: 'not_monitored' as const },
-        reverseDns: { status: 'not_checked' as const },
+        blocklist: {
+          monitored: m.services.config.DNSBL_MONITOR,
+          zones: zones.map((zone, i) => {
+            const o = obs[ip]?.[zone];
+            return {
+              zone,
+              severity: i === 0 ? 'critical' : 'warning',
+              state: o?.state ?? 'not_observed',
+              codes: o?.codes ?? [],
+              lists: o?.lists ?? [],
+              cause: o?.cause ?? null,
+              observedAt: iso(o?.at),
+              confirmed: o?.confirmed ?? null,
+              confirmedAt: iso(o?.confirmedAt),
+            };
+          }),
+        },
+        reverseDns: rdns[ip]
+          ? { status: rdns[ip]!.status, ptr: rdns[ip]!.ptr, ehloAligned: rdns[ip]!.ehloAligned, observedAt: iso(rdns[ip]!.at) }
+          : { status: 'not_observed', ptr: [], ehloAligned: null, observedAt: null },
+        blockReasons: b ? [b.zone ? `${b.reason}: ${b.zone}` : b.reason] : [],
       });
     }
     return out;
   }
+
+  app.post(
+    '/ip-reputation/sweep',
+    { schema: { tags, security, summary: 'Run a blocklist sweep now', response: { 200: Data(Type.Array(SweepView)), ...masterErrors } } },
+    async () => {
+      const out = await m.reputation.monitor.sweep();
+      return { data: out.map((e) => ({ ...e, zones: e.zones.map((z) => ({ zone: z.zone, severity: z.severity, state: z.state, codes: z.codes, lists: z.lists, cause: z.cause, at: new Date(z.at).toISOString() })) })) };
+    },
+  );
+
+  app.get(
+    '/ip-reputation/pools',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Routing snapshot per pool: ok, dnsbl_listed, dnsbl_partial or dnsbl_unknown',
+        response: {
+          200: Data(Type.Array(Type.Object({ pool: Type.String(), state: Type.String(), eligible: Type.Array(Type.String()), blocked: Type.Array(Type.String()), viaRelay: Type.Boolean() }))),
+          ...masterErrors,
+        },
+      },
+    },
+    async () => {
+      const blocked = await m.state.ipStatus.blocked();
+      const out = [];
+      for (const [pool, ips] of m.pools.pools) {
+        const state = await m.reputation.monitor.snapshot(pool);
+        out.push({
+          pool,
+          state,
+          eligible: ips.filter((i) => blocked[i.address] === undefined).map((i) => i.address),
+          blocked: ips.filter((i) => blocked[i.address] !== undefined).map((i) => i.address),
+          viaRelay: state === 'dnsbl_listed' && m.failoverRelay,
+        });
+      }
+      return { data: out };
+    },
+  );
 
   app.get(
     '/ip-reputation',

@@ -1,3 +1,4 @@
+import { poolWithoutRule } from '../pipeline/07-resolve-pool.js';
 import { isUtf8 } from 'node:buffer';
 import { MtaJobAcceptedSchema, MtaJobSchema } from '../../shared/contracts/mta.js';
 import { AppError, badInput, forbidden } from '../../shared/errors.js';
@@ -58,8 +59,13 @@ function sendRoute(app: HttpApp, m: MtaContext, intake: GroupCommit<MtaJobPayloa
       }
       const payload = validate(m, body);
 
-      if (await m.state.ipStatus.allBlocked()) {
-        throw new AppError('unavailable', 'Every sending IP is blocked (emergency mode); retry later', { reason: 'all_ips_blocked', headers: { 'retry-after': '300' } });
+      const rule = m.stores.poolRules.ruleFor(body.organizationId);
+      const pool = rule && m.pools.has(rule.pool) ? rule.pool : poolWithoutRule({ pools: m.pools, policy: m.policy }, payload.ipPool);
+      if (await m.state.ipStatus.poolHalted(pool, m.failoverRelay)) {
+        throw new AppError('unavailable', `Every sending IP of pool ${pool} is blocked (emergency mode); retry later`, {
+          reason: 'all_ips_blocked',
+          headers: { 'retry-after': '300' },
+        });
       }
       if ((await m.queueDepth()) >= m.services.config.QUEUE_MAX_DEPTH) {
         throw new AppError('rate_limited', 'The delivery queue is full; retry later', { reason: 'queue_full', headers: { 'retry-after': '30' } });

@@ -48,6 +48,18 @@ export class IpStatus {
     this.cached = null;
   }
 
+  /**
+   * Emergency mode for one pool: every address of it is blocked, and the failover relay (when
+   * configured) does not take over, which it does only for a pool wholly listed on the critical zone.
+   */
+  async poolHalted(pool: string, failoverRelay: boolean): Promise<boolean> {
+    const ips = this.pools.pools.get(pool) ?? [];
+    if (ips.length === 0) return false;
+    const map = await this.blocked();
+    if (!ips.every((i) => map[i.address] !== undefined)) return false;
+    return !(failoverRelay && ips.every((i) => map[i.address]!.reason === 'dnsbl_listed'));
+  }
+
   /** Emergency mode: every configured address is blocked. */
   async allBlocked(): Promise<boolean> {
     const map = await this.blocked();

@@ -176,7 +176,21 @@ const OrgCircuitBreakerData = Type.Object(
   Open,
 );
 
-const IpListingData = Type.Object({ ip: Str(100), zone: Str(253), pools: Type.Array(Str(100)), at: Iso }, Open);
+const IpListingData = Type.Object(
+  {
+    ip: Str(100),
+    zone: Str(253),
+    pools: Type.Array(Str(100)),
+    at: Iso,
+    /** `critical` quarantines the address; `warning` zones are advisory. */
+    severity: Type.Optional(Type.Union([Type.Literal('critical'), Type.Literal('warning')])),
+    quarantined: Type.Optional(Type.Boolean()),
+    /** The zone's 127.x answers, and their sub-lists where the zone has a code table (SBL, XBL, …). */
+    codes: Type.Optional(Type.Array(Str(15))),
+    lists: Type.Optional(Type.Array(Str(20))),
+  },
+  Open,
+);
 
 const IpWarmingCompleteData = Type.Object({ ip: Str(100), pools: Type.Array(Str(100)), startedAt: Iso, graduatedAt: Iso, day: Type.Integer({ minimum: 0 }) }, Open);
 
@@ -185,6 +199,8 @@ const AllIpsBlockedData = Type.Object(
     pool: Str(100),
     dedicatedIp: Nullable(Str(100)),
     measured: Type.Boolean(),
+    /** The pool's traffic goes through MTA_FAILOVER_RELAY_URL instead of halting. */
+    viaRelay: Type.Optional(Type.Boolean()),
     addresses: Type.Array(Type.Object({ ip: Str(100), reason: Str(100), zone: Nullable(Str(253)), since: Nullable(Iso) }, Open)),
   },
   Open,
