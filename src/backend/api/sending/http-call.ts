@@ -56,7 +56,7 @@ export async function callProviderApi(o: CallOptions): Promise<ApiAnswer> {
     let res: Response;
     let text: string;
     try {
-      res = await fetch(req.url, { method: 'POST', headers: req.headers, body: req.body, signal: AbortSignal.timeout(Math.max(1, left)), redirect: 'manual' });
+      res = await fetch(req.url, { method: 'POST', headers: req.headers, body: req.body, signal: AbortSignal.timeout(Math.max(1, Math.ceil(left))), redirect: 'manual' });
       text = await res.text();
     } catch (err) {
       const e = err as Error;
