@@ -213,11 +213,13 @@ describe('events and transactional', () => {
       expect(row).toEqual({ status: 'delivered', provider_message_id: id });
     });
 
-    it('fails closed: EMAIL_PROVIDER unset, unsupported or incomplete → 503 with a clear message, nothing recorded or sent', async () => {
+    it('fails closed: EMAIL_PROVIDER unset or incomplete → 503 with a clear message, nothing recorded or sent', async () => {
       const before = await count('email_sends');
       const cases: [Record<string, string>, string, string][] = [
-        [{}, 'no_email_provider', 'EMAIL_PROVIDER'],
-        [{ EMAIL_PROVIDER: 'ses' }, 'provider_unsupported', 'not supported'],
+        [{}, 'no_provider', 'EMAIL_PROVIDER'],
+        [{ EMAIL_PROVIDER: 'ses' }, 'provider_misconfigured', 'AWS_ACCESS_KEY_ID'],
+        [{ EMAIL_PROVIDER: 'resend' }, 'provider_misconfigured', 'RESEND_API_KEY'],
+        [{ EMAIL_PROVIDER: 'mandrill' }, 'provider_misconfigured', 'MANDRILL_API_KEY'],
         [{ EMAIL_PROVIDER: 'smtp' }, 'provider_misconfigured', 'SMTP_RELAY_URL'],
         [{ EMAIL_PROVIDER: 'mta' }, 'provider_misconfigured', 'MTA_URL'], // role backend: no MTA_URL, no MTA to find
       ];

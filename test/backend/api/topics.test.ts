@@ -166,7 +166,7 @@ describe('topics', () => {
       const r = await unconfigured.call('POST', `/api/v1/topics/${t.id}/contacts`, { key, body: { email: 'member@example.com' } }).finally(() => unconfigured.close());
       expect(r.status).toBe(503);
       expect(r.body.error.category).toBe('unavailable');
-      expect(r.body.error.data.reason).toBe('no_email_provider');
+      expect(r.body.error.data.reason).toBe('no_provider');
       expect(r.body.error.message).toContain('EMAIL_PROVIDER');
       expect(await membership(t.id, contact.id)).toBeUndefined();
       expect((await api.app.db.pool.query('SELECT count(*) AS n FROM email_sends')).rows[0].n).toBe(sendsBefore);
