@@ -61,6 +61,7 @@ export class SesProvider implements EmailProvider {
     });
     const id = answer.json?.MessageId;
     if (typeof id !== 'string' || !id) throw new ProviderError('Amazon SES accepted the message without a MessageId', true);
-    return { providerMessageId: id, messageId: `<${id}@email.amazonses.com>` };
+    // SES writes its own Message-ID header; only its MessageId is known for sure.
+    return { providerMessageId: id, messageId: null };
   }
 }
