@@ -11,7 +11,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createProvider, providerSettings, type ProviderName } from '../../../src/backend/api/sending/provider.js';
 import { ProviderError, type OutboundMessage } from '../../../src/backend/api/sending/types.js';
 import { systemClock } from '../../../src/shared/clock.js';
-import { loadConfig } from '../../../src/shared/config.js';
+import { describeConfig, loadConfig, SECRET_NAMES } from '../../../src/shared/config.js';
 import { startHttpReceiver, type HttpReceiver, type RecordedRequest } from '../../harness/http-receiver.js';
 
 const AWS = { AWS_ACCESS_KEY_ID: 'AKIDLETTERMILLTEST01', AWS_SECRET_ACCESS_KEY: 'wJalrXUtnFEMI/K7MDENG/bPxRfiCYLETTERMILL', AWS_REGION: 'eu-west-1' };
@@ -250,5 +250,22 @@ describe('Mandrill per-recipient answers', () => {
     expect(err.retryable).toBe(false);
     expect(err.message).toContain('rejected');
     expect(err.message).toContain('hard-bounce');
+  });
+});
+
+describe('configuration', () => {
+  it('lists every provider variable in `lettermill config`; credentials are secrets (redacted from logs)', () => {
+    const names = describeConfig().map((v) => v.name);
+    for (const n of ['SES_ENDPOINT', 'RESEND_API_URL', 'MANDRILL_API_URL', 'AWS_REGION', 'SES_REGION', 'SES_CONFIGURATION_SET']) {
+      expect(names).toContain(n);
+      expect(SECRET_NAMES.has(n)).toBe(false);
+    }
+    for (const n of ['AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'AWS_SESSION_TOKEN', 'RESEND_API_KEY', 'MANDRILL_API_KEY', 'SMTP_RELAY_URL']) {
+      expect(names).toContain(n);
+      expect(SECRET_NAMES.has(n)).toBe(true);
+    }
+    expect(loadConfig({}).RESEND_API_URL).toBe('https://api.resend.com');
+    expect(loadConfig({}).MANDRILL_API_URL).toBe('https://mandrillapp.com/api/1.0');
+    expect(() => loadConfig({ SES_ENDPOINT: 'ftp://x' })).toThrow(/SES_ENDPOINT must be a URL/);
   });
 });
