@@ -1,7 +1,8 @@
 /**
  * EMAIL_PROVIDER=resend: `POST /emails` of Resend's API (Bearer key). Written against the
- * documented JSON rather than the `resend` SDK, which wraps the same call and would hide
- * the status and Retry-After this needs. Our send id is the `lettermill_send_id` tag
+ * documented JSON rather than the `resend` SDK: it wraps this one call, answers `{ data,
+ * error }` without the response's Retry-After (the retry rule of http-call.ts needs it), and
+ * would be one more dependency for a single request. Our send id is the `lettermill_send_id` tag
  * (Resend's webhooks echo tags) and the Idempotency-Key, so a retried call sends once.
  * The answer's id is what Resend's webhooks name (data.email_id).
  */
