@@ -8,6 +8,7 @@ import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receive
 import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
 import { startApi, type Api } from './helpers.js';
 import { mtaEvent } from '../../harness/mta-events.js';
+import { PROVIDER_API } from '../../../src/backend/api/policy.js';
 
 const MTA_KEY = 'lm_mta_test_master_key_0123456789abcdef';
 const MTA_WEBHOOK_SECRET = 'mta-webhook-secret-for-api-tests-0123456789';
@@ -310,7 +311,8 @@ describe('events and transactional', () => {
       expect(c.body.error.data.reason).toBe('idempotency_key_reused');
 
       const h2 = { 'idempotency-key': 'order-43' };
-      mta.respondWith([{ status: 503, body: { error: { message: 'all IPs blocked', category: 'unavailable' } } }]);
+      // A 503 is tried again (issue 22): refused on every one of the policy's attempts.
+      mta.respondWith(Array.from({ length: PROVIDER_API.attempts }, () => ({ status: 503, body: { error: { message: 'all IPs blocked', category: 'unavailable' } } })));
       const d = await api.call('POST', '/api/v1/transactional', { key, body: mail, headers: h2 });
       expect(d.status).toBe(503);
       expect(d.body.error.data.reason).toBe('provider_error');

@@ -1,9 +1,10 @@
 /**
  * The SES, Resend and Mandrill providers against loopback HTTP servers that check the real
- * request format: SES's SigV4 signature recomputed by botocore (Debian python3-botocore, an
+ * request format (the MTA's job is checked in test/backend/api/events-transactional.test.ts): SES's SigV4 signature recomputed by botocore (Debian python3-botocore, an
  * implementation we did not write) and the SESv2 SendEmail body; Resend's and Mandrill's
- * documented JSON and auth. Then, for each: 429 then success (Retry-After honoured), 500 then
- * success, a 4xx as a clear failure, a timeout within its bound, and no credential in an error.
+ * documented JSON and auth. Then, for each and the MTA: 429 then success (Retry-After
+ * honoured), 500 then success, a 4xx as a clear failure, a timeout within its bound, and no
+ * credential in an error; the SMTP relay the same in SMTP terms (4xx, 5xx, no answer).
  */
 import { execFileSync } from 'node:child_process';
 import { simpleParser } from 'mailparser';
@@ -13,11 +14,12 @@ import { ProviderError, type OutboundMessage } from '../../../src/backend/api/se
 import { systemClock } from '../../../src/shared/clock.js';
 import { describeConfig, loadConfig, SECRET_NAMES } from '../../../src/shared/config.js';
 import { startHttpReceiver, type HttpReceiver, type RecordedRequest } from '../../harness/http-receiver.js';
+import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
 
 const AWS = { AWS_ACCESS_KEY_ID: 'AKIDLETTERMILLTEST01', AWS_SECRET_ACCESS_KEY: 'wJalrXUtnFEMI/K7MDENG/bPxRfiCYLETTERMILL', AWS_REGION: 'eu-west-1' };
 const RESEND_KEY = 're_lettermill_test_key_0123456789';
 const MANDRILL_KEY = 'md-lettermill-test-key-0123456789';
-const SECRETS = [AWS.AWS_SECRET_ACCESS_KEY, RESEND_KEY, MANDRILL_KEY, 'session-token-secret-value'];
+const SECRETS = [AWS.AWS_SECRET_ACCESS_KEY, RESEND_KEY, MANDRILL_KEY, 'session-token-secret-value', 'mta-master-key-0123456789'];
 
 const message: OutboundMessage = {
   id: 'es_01JTESTSENDID0000000000000',
@@ -49,9 +51,10 @@ function provider(name: ProviderName, env: Record<string, string> = {}, timeoutM
     RESEND_API_URL: server.url,
     MANDRILL_API_KEY: MANDRILL_KEY,
     MANDRILL_API_URL: server.url,
+    MTA_API_KEY: 'mta-master-key-0123456789',
     ...env,
   });
-  return createProvider(name, providerSettings(config, undefined), { timeoutMs, clock: systemClock });
+  return createProvider(name, providerSettings(config, server.url), { timeoutMs, clock: systemClock });
 }
 
 const json = (r: RecordedRequest) => JSON.parse(r.rawBody.toString('utf8'));
@@ -177,13 +180,15 @@ const OK: Record<string, unknown> = {
   ses: { MessageId: 'ses-ok' },
   resend: { id: 'resend-ok' },
   mandrill: [{ email: 'reader@example.com', status: 'queued', _id: 'mandrill-ok' }],
+  mta: { data: { jobId: 'job_1', messageId: message.id, status: 'queued' } },
 };
-const OK_ID: Record<string, string> = { ses: 'ses-ok', resend: 'resend-ok', mandrill: 'mandrill-ok' };
+const OK_ID: Record<string, string> = { ses: 'ses-ok', resend: 'resend-ok', mandrill: 'mandrill-ok', mta: message.id };
 /** Each provider's documented refusal. */
 const REFUSAL: Record<string, { status: number; body: unknown; reason: string }> = {
   ses: { status: 400, body: { message: 'Email address is not verified. The following identities failed the check: receipts@acme.test' }, reason: 'Email address is not verified' },
   resend: { status: 422, body: { statusCode: 422, name: 'validation_error', message: 'The acme.test domain is not verified.' }, reason: 'validation_error: The acme.test domain is not verified.' },
   mandrill: { status: 500, body: { status: 'error', code: -1, name: 'Invalid_Key', message: 'Invalid API key' }, reason: 'Invalid_Key: Invalid API key' },
+  mta: { status: 400, body: { error: { message: 'dkimDomain has no active DKIM key', category: 'invalid_input', data: { reason: 'validation_error' } } }, reason: 'dkimDomain has no active DKIM key' },
 };
 
 const sendError = async (p: { send(m: OutboundMessage): Promise<unknown> }): Promise<ProviderError> => {
@@ -195,7 +200,7 @@ const sendError = async (p: { send(m: OutboundMessage): Promise<unknown> }): Pro
   throw new Error('the send succeeded');
 };
 
-describe.each(['ses', 'resend', 'mandrill'] as const)('%s errors', (name) => {
+describe.each(['ses', 'resend', 'mandrill', 'mta'] as const)('%s errors', (name) => {
   it('429 with Retry-After: waits that long, then the retry succeeds', async () => {
     server.respondWith([{ status: 429, headers: { 'retry-after': '1' }, body: { message: 'slow down' } }, { status: 200, body: OK[name] }]);
     const result = await provider(name).send(message);
@@ -267,5 +272,63 @@ describe('configuration', () => {
     expect(loadConfig({}).RESEND_API_URL).toBe('https://api.resend.com');
     expect(loadConfig({}).MANDRILL_API_URL).toBe('https://mandrillapp.com/api/1.0');
     expect(() => loadConfig({ SES_ENDPOINT: 'ftp://x' })).toThrow(/SES_ENDPOINT must be a URL/);
+  });
+});
+
+describe('smtp errors (the relay on an SMTP sink)', () => {
+  let sink: SmtpSink;
+  beforeAll(async () => {
+    sink = await startSmtpSink();
+  });
+  afterAll(async () => {
+    await sink?.close();
+  });
+  beforeEach(() => sink.reset());
+  const relay = (timeoutMs = 5_000) => {
+    const config = loadConfig({ SMTP_RELAY_URL: `smtp://relayuser:relay-password-secret@127.0.0.1:${sink.port}` });
+    return createProvider('smtp', providerSettings(config, undefined), { timeoutMs, clock: systemClock }) as ReturnType<typeof createProvider> & { close(): Promise<void> };
+  };
+
+  it('a 451 and then a 421 are tried again; the message arrives once', async () => {
+    sink.failNext({ stage: 'rcpt', code: 451, message: '4.7.1 Try again later' });
+    sink.failNext({ stage: 'mail', code: 421, message: '4.3.2 Service not available' });
+    const p = relay();
+    try {
+      const result = await p.send(message);
+      const [m] = await sink.waitForMessages(1);
+      expect(sink.messages).toHaveLength(1);
+      expect((await simpleParser(m!.data)).headers.get('x-lettermill-send-id')).toBe(message.id);
+      expect(result.providerMessageId).toBeTruthy();
+    } finally {
+      await p.close();
+    }
+  });
+
+  it("a 550 fails at once with the relay's text and no credential", async () => {
+    sink.failNext({ stage: 'rcpt', code: 550, message: '5.1.1 No such user here' });
+    const p = relay();
+    try {
+      const err = await sendError(p);
+      expect(err.retryable).toBe(false);
+      expect(err.message).toContain('No such user here');
+      expect(err.message + String(err.stack)).not.toContain('relay-password-secret');
+      expect(sink.messages).toHaveLength(0);
+    } finally {
+      await p.close();
+    }
+  });
+
+  it('no answer to MAIL FROM: fails within the timeout, retryable', async () => {
+    sink.failNext({ stage: 'mail', hang: true });
+    const p = relay(700);
+    try {
+      const started = performance.now();
+      const err = await sendError(p);
+      expect(err.retryable).toBe(true);
+      expect(err.message).toContain('within 700 ms');
+      expect(performance.now() - started).toBeLessThan(2_500);
+    } finally {
+      await p.close();
+    }
   });
 });

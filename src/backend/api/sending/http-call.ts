@@ -24,6 +24,15 @@ export interface ApiAnswer {
   json: any;
 }
 
+/** One POST and its answer; throws when no answer came (a timeout is a TimeoutError). */
+export type Post = (req: ApiRequest, timeoutMs: number) => Promise<{ status: number; text: string; retryAfter: string | null }>;
+
+/** The default transport: fetch, no redirects followed. */
+const fetchPost: Post = async (req, timeoutMs) => {
+  const res = await fetch(req.url, { method: 'POST', headers: req.headers, body: req.body, signal: AbortSignal.timeout(timeoutMs), redirect: 'manual' });
+  return { status: res.status, text: await res.text(), retryAfter: res.headers.get('retry-after') };
+};
+
 export interface CallOptions {
   /** Provider name for messages ("Resend answered 400: …"). */
   provider: string;
@@ -35,6 +44,8 @@ export interface CallOptions {
   reason: (a: ApiAnswer) => string | undefined;
   /** An answer that is a refusal even though its status says otherwise (Mandrill's 500s). */
   permanent?: (a: ApiAnswer) => boolean;
+  /** How to POST (default fetch; the MTA provider passes its keep-alive peer client). */
+  post?: Post;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -53,16 +64,16 @@ export async function callProviderApi(o: CallOptions): Promise<ApiAnswer> {
   for (let attempt = 1; ; attempt++) {
     const left = deadline - performance.now();
     const req = o.request();
-    let res: Response;
-    let text: string;
+    let res: Awaited<ReturnType<Post>>;
     try {
-      res = await fetch(req.url, { method: 'POST', headers: req.headers, body: req.body, signal: AbortSignal.timeout(Math.max(1, Math.ceil(left))), redirect: 'manual' });
-      text = await res.text();
+      res = await (o.post ?? fetchPost)(req, Math.max(1, Math.ceil(left)));
     } catch (err) {
-      const e = err as Error;
-      const what = e.name === 'TimeoutError' || e.name === 'AbortError' ? `no answer within ${o.timeoutMs} ms` : `could not be reached (${(e.cause as Error | undefined)?.message ?? e.message})`;
+      const e = err as Error & { code?: string };
+      const timedOut = e.name === 'TimeoutError' || e.name === 'AbortError' || e.code === 'ETIMEDOUT';
+      const what = timedOut ? `no answer within ${o.timeoutMs} ms` : `could not be reached (${(e.cause as Error | undefined)?.message ?? e.message})`;
       throw new ProviderError(`${o.provider} ${what}`, true);
     }
+    const text = res.text;
     let json: any = null;
     try {
       json = text ? JSON.parse(text) : null;
@@ -71,10 +82,10 @@ export async function callProviderApi(o: CallOptions): Promise<ApiAnswer> {
     }
     const answer: ApiAnswer = { status: res.status, text, json };
     if (res.status >= 200 && res.status < 300) return answer;
-    const reason = (o.reason(answer) ?? text).slice(0, PROVIDER_API.reasonChars) || res.statusText;
+    const reason = (o.reason(answer) ?? text).slice(0, PROVIDER_API.reasonChars) || `HTTP ${res.status}`;
     const transient = (res.status === 429 || res.status >= 500) && !o.permanent?.(answer);
     if (!transient) throw new ProviderError(`${o.provider} refused the message (${res.status}): ${reason}`, false);
-    const wait = retryAfterMs(res.headers.get('retry-after'), o.clock.now()) ?? backoff;
+    const wait = retryAfterMs(res.retryAfter, o.clock.now()) ?? backoff;
     backoff = Math.min(backoff * 2, PROVIDER_API.maxBackoffMs);
     if (attempt >= PROVIDER_API.attempts || wait > PROVIDER_API.maxRetryAfterMs || performance.now() + wait >= deadline) {
       throw new ProviderError(`${o.provider} answered ${res.status} after ${attempt} attempt(s): ${reason}`, true);

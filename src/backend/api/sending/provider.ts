@@ -82,7 +82,7 @@ export function missingSettings(name: ProviderName, s: ProviderSettings): string
 export function createProvider(name: ProviderName, s: ProviderSettings, o: { timeoutMs: number; clock: Clock }): EmailProvider {
   switch (name) {
     case 'mta':
-      return new MtaProvider({ url: s.mtaUrl!, apiKey: s.MTA_API_KEY!, organizationId: s.ORGANIZATION_ID, timeoutMs: o.timeoutMs });
+      return new MtaProvider({ url: s.mtaUrl!, apiKey: s.MTA_API_KEY!, organizationId: s.ORGANIZATION_ID, ...o });
     case 'smtp':
       return new SmtpRelayProvider({ url: s.SMTP_RELAY_URL!, timeoutMs: o.timeoutMs });
     case 'ses': {
