@@ -5,8 +5,8 @@ import type { Migration } from '../migrate.js';
  * stream, optionally per sending domain ('' = every domain of the stream). Writes NOTIFY
  * `lm_provider_routes` so every backend instance re-reads (api/sending/router.ts).
  */
-export const m063: Migration = {
-  id: '063_provider_routes',
+export const m064: Migration = {
+  id: '064_provider_routes',
   sql: `
     CREATE TABLE provider_routes (
       stream      text        NOT NULL CHECK (stream IN ('transactional', 'campaign')),
