@@ -7,7 +7,8 @@ import { registerFeedback } from './feedback/index.js';
 import { registerPublic } from './public/index.js';
 import { registerCampaigns } from './campaigns/index.js';
 import { registerApi, registerOpenApi } from './api/index.js';
-import type { ProviderSettings } from './api/sending/provider.js';
+import { providerSettings } from './api/sending/provider.js';
+import { ProviderRouter } from './api/sending/router.js';
 
 /**
  * The backend's peer, given when it is built: it is read while answering requests (a send
@@ -31,22 +32,17 @@ export async function createBackend(s: Services, peers: BackendPeers): Promise<B
   healthRoutes(app, s);
   const events = new EventBus({ clock: s.clock, log: s.log });
   app.decorate('events', events);
-  const sending: ProviderSettings = {
-    EMAIL_PROVIDER: s.config.EMAIL_PROVIDER,
-    MTA_API_KEY: s.config.MTA_API_KEY,
-    ORGANIZATION_ID: s.config.ORGANIZATION_ID,
-    SMTP_RELAY_URL: s.config.SMTP_RELAY_URL,
-    mtaUrl: peers.mtaUrl,
-  };
+  const providers = new ProviderRouter(providerSettings(s.config, peers.mtaUrl), { db: s.db, clock: s.clock, log: s.log.child({ area: 'sending' }) });
   const webhooks = registerWebhooks(app, s, events);
   registerFeedback(app, s, events);
-  const publicArea = await registerPublic(app, s, sending, events);
-  const campaigns = await registerCampaigns(app, s, publicArea, sending, events);
-  const api = await registerApi(app, s, sending, events);
+  const publicArea = await registerPublic(app, s, providers, events);
+  const campaigns = await registerCampaigns(app, s, publicArea, providers, events);
+  const api = await registerApi(app, s, providers, events);
   await app.ready();
   return {
     app,
     async start() {
+      await providers.start();
       await webhooks.start();
       await publicArea.start();
       await campaigns.start();
@@ -56,6 +52,7 @@ export async function createBackend(s: Services, peers: BackendPeers): Promise<B
       await campaigns.stop();
       await publicArea.stop();
       await webhooks.stop();
+      await providers.stop();
     },
   };
 }

@@ -14,7 +14,8 @@ import { adminKeyRoutes } from './routes-admin-keys.js';
 import { contactRoutes } from './routes-contacts.js';
 import { eventRoutes } from './routes-events.js';
 import { transactionalRoutes } from './routes-transactional.js';
-import type { ProviderSettings } from './sending/provider.js';
+import type { ProviderRouter } from './sending/router.js';
+import { providerRouteRoutes } from './routes-provider-routes.js';
 import { SendService } from './sending/send.js';
 import { adminTopicRoutes, topicMemberRoutes } from './topics.js';
 
@@ -38,8 +39,8 @@ export interface ApiArea {
   stop(): Promise<void>;
 }
 
-export async function registerApi(app: HttpApp, s: Services, sending: ProviderSettings, events?: EventBus): Promise<ApiArea> {
-  const sender = new SendService({ db: s.db, clock: s.clock, log: s.log, sending, events });
+export async function registerApi(app: HttpApp, s: Services, providers: ProviderRouter, events?: EventBus): Promise<ApiArea> {
+  const sender = new SendService({ db: s.db, clock: s.clock, log: s.log, providers, events });
   const d: ApiDeps = {
     db: s.db,
     clock: s.clock,
@@ -69,12 +70,12 @@ export async function registerApi(app: HttpApp, s: Services, sending: ProviderSe
     jsonOnly(admin);
     adminKeyRoutes(admin, d, guard);
     adminTopicRoutes(admin, d, guard);
+    providerRouteRoutes(admin, providers, guard);
   });
   openApiRoute(app);
   return {
     async start() {},
     async stop() {
-      await sender.close();
     },
   };
 }

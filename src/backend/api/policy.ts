@@ -54,5 +54,23 @@ export const TRANSACTIONAL = {
   providerTimeoutMs: 15_000,
 } as const;
 
+/**
+ * Calls to the providers' HTTP APIs (SES, Resend, Mandrill). 429 and 5xx answers are tried
+ * again, after the provider's Retry-After when it gives one, else after a doubling pause; the
+ * whole call, pauses included, stays within the caller's timeout.
+ */
+export const PROVIDER_API = {
+  /** Tries per message, the first included. */
+  attempts: 4,
+  firstBackoffMs: 200,
+  maxBackoffMs: 5_000,
+  /** A Retry-After longer than this is not waited for: the send fails as retryable. */
+  maxRetryAfterMs: 10_000,
+  /** Characters of a provider's answer kept in an error message. */
+  reasonChars: 300,
+  /** Mandrill answers every error with HTTP 500; these names are refusals, not outages. */
+  mandrillPermanentErrors: ['Invalid_Key', 'ValidationError', 'PaymentRequired', 'Unknown_Subaccount', 'Unknown_Template', 'Invalid_Reject'],
+} as const;
+
 /** Idempotency-Key header: length and characters (same as Stripe/Resend practice). */
 export const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;

@@ -20,7 +20,7 @@ import { normalizeAddress } from '../../shared/mail/address.js';
 import type { AdminGuard } from './admin-auth.js';
 import { findContact, type Queryable } from './contacts.js';
 import type { ApiDeps } from './deps.js';
-import { sendDoiConfirmation } from './doi.js';
+import { sendDoiConfirmation, systemFrom } from './doi.js';
 import { DOUBLE_OPT_IN } from './policy.js';
 import { API_ERRORS, errors } from './schemas.js';
 
@@ -158,7 +158,7 @@ export function topicMemberRoutes(app: HttpApp, d: ApiDeps): void {
       }
       const topic = await getTopic(d.db, topicId);
       if (!topic) throw topicMissing();
-      if (topic.requireDoubleOptIn) d.sender.provider(); // refuse before writing when nothing can send
+      if (topic.requireDoubleOptIn) await d.sender.provider('transactional', systemFrom(d.config).address); // refuse before writing when nothing can send
       const now = d.clock.now();
       const { contact, result } = await tx(d.db, async (c) => {
         const contact = await findContact(c, ref!);

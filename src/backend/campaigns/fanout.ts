@@ -166,7 +166,7 @@ export class Fanout {
     }
     let transport: CampaignTransport;
     try {
-      transport = this.d.transports.resolve();
+      transport = await this.d.transports.resolve(domainOf(row.from_mailbox));
     } catch (err) {
       return this.retryOrFail(job, row.id, `no provider: ${(err as Error).message}`);
     }

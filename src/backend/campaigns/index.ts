@@ -2,7 +2,7 @@
 import type { HttpApp } from '../../shared/http.js';
 import type { Services } from '../../shared/services.js';
 import { adminGuard } from '../api/admin-auth.js';
-import type { ProviderSettings } from '../api/sending/provider.js';
+import type { ProviderRouter } from '../api/sending/router.js';
 import type { EventBus } from '../events.js';
 import type { PublicArea } from '../public/index.js';
 import { Fanout } from './fanout.js';
@@ -20,7 +20,7 @@ export async function registerCampaigns(
   app: HttpApp,
   s: Services,
   pub: Pick<PublicArea, 'signer' | 'links'>,
-  sending: ProviderSettings,
+  providers: ProviderRouter,
   events?: EventBus,
 ): Promise<CampaignsArea> {
   const guard = adminGuard(s.config.ADMIN_TOKEN);
@@ -28,7 +28,7 @@ export async function registerCampaigns(
     s.log.warn({ baseUrl: s.config.BASE_URL }, 'BASE_URL is not https: List-Unsubscribe one-click (RFC 8058) needs an https URL; Gmail and Yahoo ignore http ones');
   }
   const baseUrl = s.config.BASE_URL!.replace(/\/+$/, '');
-  const transports = new TransportResolver(sending);
+  const transports = new TransportResolver(providers);
   const fanout = new Fanout({
     db: s.db,
     clock: s.clock,

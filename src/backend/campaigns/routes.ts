@@ -11,7 +11,7 @@ import type { Db } from '../../shared/db/pool.js';
 import { tx } from '../../shared/db/pool.js';
 import { badInput, conflict, notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
-import { parseMailbox } from '../../shared/mail/address.js';
+import { domainOf, parseMailbox } from '../../shared/mail/address.js';
 import type { AdminGuard } from '../api/admin-auth.js';
 import { TRANSACTIONAL } from '../api/policy.js';
 import { ELIGIBLE_MEMBERS, type Fanout } from './fanout.js';
@@ -121,7 +121,9 @@ export function campaignRoutes(app: HttpApp, d: CampaignRouteDeps): void {
 
   app.post('/admin/campaigns/:id/send', { ...admin, schema: { params: IdParams } }, async (req, reply) => {
     const { id } = req.params as Static<typeof IdParams>;
-    d.transports.resolve(); // no provider: 503 before anything is written
+    const draft = (await d.db.query<{ from_mailbox: string }>('SELECT from_mailbox FROM campaigns WHERE id = $1', [id])).rows[0];
+    if (!draft) throw notFound('Campaign not found', 'campaign_not_found');
+    await d.transports.resolve(domainOf(draft.from_mailbox)); // no provider: 503 before anything is written
     const now = d.clock.now();
     const started = await tx(d.db, async (q) => {
       const r = await q.query<Row & { topic_name: string }>(

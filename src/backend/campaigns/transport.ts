@@ -5,14 +5,17 @@
  *   connection pool sized to the fan-out concurrency: a campaign is tens of thousands of
  *   requests in a row, and the REST API's per-message provider (fetch) neither carries the
  *   score nor reuses connections as tightly.
- * - any other provider: the REST API's provider resolution, one message at a time.
+ * - any other provider: the REST API's providers, one message at a time.
+ * Which one: the provider routes of the `campaign` stream and the campaign's From domain, then
+ * EMAIL_PROVIDER (api/sending/router.ts).
  * The messageId of a job is the email_sends id, fixed per recipient before the first
  * attempt: a message handed over again after a crash is the same job to the MTA, which
  * de-duplicates on it.
  */
 import { Agent, request as httpRequest } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
-import { closeProvider, ProviderError, resolveProvider, type EmailProvider, type ProviderSettings } from '../api/sending/provider.js';
+import { ProviderError, type EmailProvider } from '../api/sending/provider.js';
+import type { ProviderRouter } from '../api/sending/router.js';
 import { FANOUT } from './policy.js';
 
 export interface CampaignMessage {
@@ -136,27 +139,25 @@ class ProviderTransport implements CampaignTransport {
 }
 
 /**
- * The transport of the backend's sending settings, made on first use. Throws the REST API's
- * 503 when no provider is configured.
+ * The transport of a campaign from `domain` (A-label, lower case). Throws the REST API's 503
+ * when no provider applies. The router owns the providers; the MTA's bulk transport is ours.
  */
 export class TransportResolver {
   private mta: MtaBulkTransport | undefined;
-  private provider: EmailProvider | undefined;
 
-  constructor(private readonly sending: ProviderSettings) {}
+  constructor(private readonly providers: ProviderRouter) {}
 
-  resolve(): CampaignTransport {
-    const c = this.sending;
-    if (c.EMAIL_PROVIDER === 'mta' && c.mtaUrl && c.MTA_API_KEY) {
-      return (this.mta ??= new MtaBulkTransport({ url: c.mtaUrl, apiKey: c.MTA_API_KEY, organizationId: c.ORGANIZATION_ID, timeoutMs: FANOUT.providerTimeoutMs, sockets: FANOUT.concurrency }));
+  async resolve(domain: string): Promise<CampaignTransport> {
+    const provider = await this.providers.resolve('campaign', domain, FANOUT.providerTimeoutMs);
+    const c = this.providers.settings;
+    if (provider.name === 'mta') {
+      return (this.mta ??= new MtaBulkTransport({ url: c.mtaUrl!, apiKey: c.MTA_API_KEY!, organizationId: c.ORGANIZATION_ID, timeoutMs: FANOUT.providerTimeoutMs, sockets: FANOUT.concurrency }));
     }
-    return new ProviderTransport((this.provider ??= resolveProvider(c, { timeoutMs: FANOUT.providerTimeoutMs })));
+    return new ProviderTransport(provider);
   }
 
   async close(): Promise<void> {
     this.mta?.close();
     this.mta = undefined;
-    await closeProvider(this.provider);
-    this.provider = undefined;
   }
 }

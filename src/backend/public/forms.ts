@@ -228,7 +228,7 @@ async function startDoubleOptIn(
   topic: { id: string; name: string } | null,
   s: Submission & { extra: Record<string, string> },
 ): Promise<void> {
-  d.sender.provider(); // refuses (503) before anything is written when no provider is configured
+  await d.sender.provider('transactional', systemFrom(d.config).address); // refuses (503) before anything is written when no provider is configured
   const now = d.clock.now();
   const r = await d.db.query<{ id: string; confirmation_sent_at: Date | null }>(
     `INSERT INTO form_signups (id, form_id, topic_id, email, first_name, last_name, fields, status, created_at, updated_at)

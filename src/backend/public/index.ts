@@ -10,7 +10,7 @@ import type { Services } from '../../shared/services.js';
 import { loadSigner, type Signer } from '../../shared/signing.js';
 import type { EventBus } from '../events.js';
 import { adminGuard } from '../api/admin-auth.js';
-import type { ProviderSettings } from '../api/sending/provider.js';
+import type { ProviderRouter } from '../api/sending/router.js';
 import { SendService } from '../api/sending/send.js';
 import { pageRoutes } from '../pages/routes.js';
 import { archiveRoutes } from './archive.js';
@@ -35,7 +35,7 @@ export interface PublicArea {
   stop(): Promise<void>;
 }
 
-export async function registerPublic(app: HttpApp, s: Services, sending: ProviderSettings, events: EventBus | undefined): Promise<PublicArea> {
+export async function registerPublic(app: HttpApp, s: Services, providers: ProviderRouter, events: EventBus | undefined): Promise<PublicArea> {
   const limiter = new PublicRateLimiter(s.coord, parseRateLimitOverrides(s.config.PUBLIC_RATE_LIMITS));
   const signer = await loadSigner(s.db);
   const links = new LinkSigner(signer);
@@ -60,7 +60,7 @@ export async function registerPublic(app: HttpApp, s: Services, sending: Provide
   // Form bodies (urlencoded, multipart) are parsed only in this scope: the form endpoint,
   // one-click unsubscribe (the RFC 8058 POST is a form body) and the DOI confirmation (its
   // page posts a plain form when JavaScript is off).
-  const sender = new SendService({ db: s.db, clock: s.clock, log: s.log.child({ area: 'forms' }), sending, events });
+  const sender = new SendService({ db: s.db, clock: s.clock, log: s.log.child({ area: 'forms' }), providers, events });
   await app.register(async (scope) => {
     await scope.register(formbody, { bodyLimit: FORM_LIMITS.maxBodyBytes });
     await scope.register(multipart, {
@@ -88,7 +88,6 @@ export async function registerPublic(app: HttpApp, s: Services, sending: Provide
     },
     async stop() {
       await recorder.stop();
-      await sender.close();
     },
   };
 }

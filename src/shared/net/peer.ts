@@ -18,6 +18,8 @@ export interface PeerResponse {
   status: number;
   /** Up to MAX_BODY bytes of the body as UTF-8. */
   text: string;
+  /** The Retry-After header, when the peer sent one. */
+  retryAfter?: string;
 }
 
 /** A request that got no HTTP response (connection refused, reset, timeout). */
@@ -80,7 +82,10 @@ export class PeerClient {
               kept += c.length;
             }
           });
-          res.on('end', () => finish(null, { status: res.statusCode ?? 0, text: Buffer.concat(chunks).subarray(0, MAX_BODY).toString('utf8') }));
+          res.on('end', () => {
+            const retryAfter = res.headers['retry-after'];
+            finish(null, { status: res.statusCode ?? 0, text: Buffer.concat(chunks).subarray(0, MAX_BODY).toString('utf8'), ...(retryAfter ? { retryAfter } : {}) });
+          });
           res.on('error', (e: NodeJS.ErrnoException) => finish(new PeerError(e.message, e.code)));
         },
       );

@@ -8,6 +8,7 @@ import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receive
 import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
 import { startApi, type Api } from './helpers.js';
 import { mtaEvent } from '../../harness/mta-events.js';
+import { PROVIDER_API } from '../../../src/backend/api/policy.js';
 
 const MTA_KEY = 'lm_mta_test_master_key_0123456789abcdef';
 const MTA_WEBHOOK_SECRET = 'mta-webhook-secret-for-api-tests-0123456789';
@@ -213,11 +214,13 @@ describe('events and transactional', () => {
       expect(row).toEqual({ status: 'delivered', provider_message_id: id });
     });
 
-    it('fails closed: EMAIL_PROVIDER unset, unsupported or incomplete → 503 with a clear message, nothing recorded or sent', async () => {
+    it('fails closed: EMAIL_PROVIDER unset or incomplete → 503 with a clear message, nothing recorded or sent', async () => {
       const before = await count('email_sends');
       const cases: [Record<string, string>, string, string][] = [
-        [{}, 'no_email_provider', 'EMAIL_PROVIDER'],
-        [{ EMAIL_PROVIDER: 'ses' }, 'provider_unsupported', 'not supported'],
+        [{}, 'no_provider', 'EMAIL_PROVIDER'],
+        [{ EMAIL_PROVIDER: 'ses' }, 'provider_misconfigured', 'AWS_ACCESS_KEY_ID'],
+        [{ EMAIL_PROVIDER: 'resend' }, 'provider_misconfigured', 'RESEND_API_KEY'],
+        [{ EMAIL_PROVIDER: 'mandrill' }, 'provider_misconfigured', 'MANDRILL_API_KEY'],
         [{ EMAIL_PROVIDER: 'smtp' }, 'provider_misconfigured', 'SMTP_RELAY_URL'],
         [{ EMAIL_PROVIDER: 'mta' }, 'provider_misconfigured', 'MTA_URL'], // role backend: no MTA_URL, no MTA to find
       ];
@@ -308,7 +311,8 @@ describe('events and transactional', () => {
       expect(c.body.error.data.reason).toBe('idempotency_key_reused');
 
       const h2 = { 'idempotency-key': 'order-43' };
-      mta.respondWith([{ status: 503, body: { error: { message: 'all IPs blocked', category: 'unavailable' } } }]);
+      // A 503 is tried again (issue 22): refused on every one of the policy's attempts.
+      mta.respondWith(Array.from({ length: PROVIDER_API.attempts }, () => ({ status: 503, body: { error: { message: 'all IPs blocked', category: 'unavailable' } } })));
       const d = await api.call('POST', '/api/v1/transactional', { key, body: mail, headers: h2 });
       expect(d.status).toBe(503);
       expect(d.body.error.data.reason).toBe('provider_error');

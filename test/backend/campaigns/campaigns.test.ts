@@ -241,7 +241,7 @@ describe('campaign sending rules', () => {
       const c = await call(none.url, 'POST', '/admin/campaigns', { admin: true, json: { subject: 's', html: '<p>h</p>', from: 'a@acme.example', topicId: t.id } });
       const r = await call(none.url, 'POST', `/admin/campaigns/${c.body.data.id}/send`, { admin: true });
       expect(r.status).toBe(503);
-      expect(r.body.error.data.reason).toBe('no_email_provider');
+      expect(r.body.error.data.reason).toBe('no_provider');
       expect((await call(none.url, 'GET', `/admin/campaigns/${c.body.data.id}`, { admin: true })).body.data.status).toBe('draft');
     } finally {
       await none.close();

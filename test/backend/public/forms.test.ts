@@ -249,7 +249,7 @@ describe('forms: rate limit and missing provider', () => {
       const url = `/forms/${f.body.data.id}`;
       const first = await call(b.url, 'POST', url, { json: { email: 'np@example.com' } });
       expect(first.status).toBe(503);
-      expect(first.body.error.data.reason).toBe('no_email_provider');
+      expect(first.body.error.data.reason).toBe('no_provider');
       expect((await b.app.db.pool.query('SELECT count(*)::int AS n FROM form_signups')).rows[0].n).toBe(0);
       await call(b.url, 'POST', '/forms/frm_unknown', { json: { email: 'x@example.com' } });
       await call(b.url, 'POST', '/forms/frm_unknown', { json: { email: 'x@example.com' } });

@@ -1,16 +1,24 @@
-/** EMAIL_PROVIDER=mta: POST {MTA_URL}/send with the email job of mta.md. */
+/**
+ * EMAIL_PROVIDER=mta: POST {MTA_URL}/send with the email job of mta.md, over the keep-alive
+ * peer client, with the retry rules every HTTP provider follows (http-call.ts).
+ */
+import type { Clock } from '../../../shared/clock.js';
 import type { EmailProvider, OutboundMessage, ProviderResult } from './types.js';
-import { ProviderError } from './types.js';
-import { PeerClient, type PeerResponse } from '../../../shared/net/peer.js';
+import { PeerClient } from '../../../shared/net/peer.js';
 import type { MtaJob, MtaJobAccepted } from '../../../shared/contracts/mta.js';
+import { callProviderApi, type Post } from './http-call.js';
 
 /** Keep-alive sockets to the MTA, shared by every provider instance of this process. */
 const peer = new PeerClient();
+const post: Post = async (req, timeoutMs) => {
+  const res = await peer.postJson(req.url, req.body, req.headers, timeoutMs);
+  return { status: res.status, text: res.text, retryAfter: res.retryAfter ?? null };
+};
 
 export class MtaProvider implements EmailProvider {
   readonly name = 'mta';
 
-  constructor(private readonly o: { url: string; apiKey: string; organizationId: string; timeoutMs: number }) {}
+  constructor(private readonly o: { url: string; apiKey: string; organizationId: string; timeoutMs: number; clock: Clock }) {}
 
   async send(m: OutboundMessage): Promise<ProviderResult> {
     const job: MtaJob = {
@@ -28,27 +36,18 @@ export class MtaProvider implements EmailProvider {
       dkimDomain: m.dkimDomain,
       ...(m.campaignId ? { campaignId: m.campaignId } : {}),
     };
-    let res: PeerResponse;
-    try {
-      res = await peer.postJson(`${this.o.url}/send`, JSON.stringify(job), { authorization: `Bearer ${this.o.apiKey}` }, this.o.timeoutMs);
-    } catch (err) {
-      throw new ProviderError(`The MTA at ${this.o.url} could not be reached: ${(err as Error).message}`, true);
-    }
-    const text = res.text;
-    let body: any = null;
-    try {
-      body = text ? JSON.parse(text) : null;
-    } catch {
-      // not JSON: reported below by status
-    }
-    if (res.status === 202 || res.status === 200) {
-      const data = (body as Partial<MtaJobAccepted> | null)?.data;
-      return { providerMessageId: typeof data?.messageId === 'string' ? data.messageId : m.id, messageId: null };
-    }
-    const detail = typeof body?.error?.message === 'string' ? body.error.message : text.slice(0, 200);
-    // 429 (back-pressure) and 5xx are transient; 4xx means the MTA refused this message.
-    const retryable = res.status === 429 || res.status >= 500;
-    throw new ProviderError(`The MTA answered ${res.status}: ${detail}`, retryable);
+    const body = JSON.stringify(job);
+    // 429 (back-pressure) and 5xx are transient and tried again; 4xx means the MTA refused this message.
+    const answer = await callProviderApi({
+      provider: `The MTA at ${this.o.url}`,
+      timeoutMs: this.o.timeoutMs,
+      clock: this.o.clock,
+      post,
+      request: () => ({ url: `${this.o.url}/send`, headers: { authorization: `Bearer ${this.o.apiKey}` }, body }),
+      reason: (a) => (typeof a.json?.error?.message === 'string' ? a.json.error.message : undefined),
+    });
+    const data = (answer.json as Partial<MtaJobAccepted> | null)?.data;
+    return { providerMessageId: typeof data?.messageId === 'string' ? data.messageId : m.id, messageId: null };
   }
 }
 

@@ -20,7 +20,8 @@ import { domainOf } from '../../../shared/mail/address.js';
 import type { EventBus } from '../../events.js';
 import { recordFailures, recordHandOffs, retakeSend } from '../../sends/handoff.js';
 import { TRANSACTIONAL } from '../policy.js';
-import { closeProvider, ProviderError, resolveProvider, type EmailProvider, type OutboundMessage, type ProviderSettings } from './provider.js';
+import { ProviderError, type EmailProvider, type OutboundMessage } from './provider.js';
+import type { ProviderRouter, Stream } from './router.js';
 
 export interface SendRequest {
   type: 'transactional' | 'campaign';
@@ -57,17 +58,15 @@ interface SendRow {
 }
 
 export class SendService {
-  private resolved: EmailProvider | undefined;
+  constructor(private readonly d: { db: Db; clock: Clock; log: Logger; providers: ProviderRouter; events?: Pick<EventBus, 'emitIn'> }) {}
 
-  constructor(private readonly d: { db: Db; clock: Clock; log: Logger; sending: ProviderSettings; events?: Pick<EventBus, 'emitIn'> }) {}
-
-  /** The provider sends use (made on first use); throws the 503 that refuses a send. */
-  provider(): EmailProvider {
-    return (this.resolved ??= resolveProvider(this.d.sending, { timeoutMs: TRANSACTIONAL.providerTimeoutMs }));
+  /** The provider of a stream and From address (routes, then EMAIL_PROVIDER); throws the 503 that refuses a send. */
+  provider(stream: Stream, fromAddress: string): Promise<EmailProvider> {
+    return this.d.providers.resolve(stream, domainOf(fromAddress), TRANSACTIONAL.providerTimeoutMs);
   }
 
   async send(req: SendRequest): Promise<SendOutcome> {
-    const provider = this.provider();
+    const provider = await this.provider(req.type, req.fromAddress);
     const now = this.d.clock.now();
     let id = newId('es', now);
 
@@ -130,10 +129,5 @@ export class SendService {
         reason: err instanceof ProviderError && !err.retryable ? 'provider_rejected' : 'provider_error',
       });
     }
-  }
-
-  async close(): Promise<void> {
-    await closeProvider(this.resolved);
-    this.resolved = undefined;
   }
 }

@@ -19,6 +19,12 @@ export interface OutboundMessage {
   campaignId?: string | null;
 }
 
+/** Tag or metadata key carrying our send id; the feedback translators read the same name. */
+export const SEND_ID_TAG = 'lettermill_send_id';
+
+/** The headers every provider sends: the message's own plus our send id. */
+export const sendHeaders = (m: OutboundMessage): Record<string, string> => ({ ...m.headers, 'X-Lettermill-Send-Id': m.id });
+
 export interface ProviderResult {
   /** The provider's id for the message (what its feedback webhooks name). */
   providerMessageId: string | null;
