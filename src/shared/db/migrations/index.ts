@@ -19,7 +19,6 @@ import { m060 } from './060_public_content.js';
 import { m061 } from './061_campaigns_forms.js';
 import { m062 } from './062_mta_outbox.js';
 import { m063 } from './063_feedback_reports.js';
-
 import { m064 } from './064_provider_routes.js';
 
 /**
