@@ -8,6 +8,8 @@ import type { Config } from '../../shared/config.js';
 import type { Services } from '../../shared/services.js';
 import { createDeliverer, type ConnectionFailureInfo, type DeliveryEngine } from './deliverer.js';
 import type { KeySource } from './dkim/keys.js';
+import { StsResolver } from '../tls/sts.js';
+import type { TlsRptRecorder } from '../tls/tlsrpt.js';
 
 export { createDeliverer, type DeliveryEngine, type DelivererOptions, type ConnectionFailureInfo } from './deliverer.js';
 export type { KeySource, SigningKeyRecord } from './dkim/keys.js';
@@ -32,6 +34,8 @@ export function createDeliveryEngine(
     /** Used as the VERP host when BOUNCE_HOST is unset (the first sending IP's EHLO name). */
     bounceHostFallback?: string;
     onConnectionFailure?: (info: ConnectionFailureInfo) => void | Promise<void>;
+    /** TLS-RPT results (the MTA composition owns it: the report job reads what it writes). */
+    tlsrpt?: TlsRptRecorder;
   },
 ): DeliveryEngine {
   const c = s.config;
@@ -55,5 +59,9 @@ export function createDeliveryEngine(
     registry: deps.registry,
     instanceId: deps.instanceId,
     onConnectionFailure: deps.onConnectionFailure,
+    // MTA-STS policy hosts resolve through DNS_SERVERS and pass the private-address guard;
+    // WEBHOOK_ALLOW_HOSTS is the one list of exempt hosts.
+    sts: new StsResolver({ db: s.db, clock: s.clock, log: s.log, dnsServers: c.DNS_SERVERS, allowHosts: c.WEBHOOK_ALLOW_HOSTS }),
+    tlsrpt: deps.tlsrpt,
   });
 }
