@@ -159,7 +159,7 @@ export async function buildReport(
               ...(x.mx_host ? { 'receiving-mx-hostname': x.mx_host } : {}),
               ...(x.receiving_ip ? { 'receiving-ip': x.receiving_ip } : {}),
               'failed-session-count': x.count,
-              ...(x.detail ? { 'additional-information': x.detail } : {}),
+              ...(x.detail ? { 'failure-reason-code': x.detail } : {}),
             })),
           }
         : {}),

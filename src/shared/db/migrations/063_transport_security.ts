@@ -40,5 +40,15 @@ export const m063: Migration = {
       count          integer     NOT NULL,
       PRIMARY KEY (day, policy_domain, policy_type, policy_id, result, mx_host, receiving_ip, sending_ip)
     );
+
+    -- One row per report delivered: the daily job (any leader, any restart) sends each once.
+    CREATE TABLE mta_tlsrpt_sent (
+      day            date        NOT NULL,
+      policy_domain  text        NOT NULL,
+      endpoint       text        NOT NULL,
+      report_id      text        NOT NULL,
+      sent_at        timestamptz NOT NULL,
+      PRIMARY KEY (day, policy_domain, endpoint)
+    );
   `,
 };

@@ -1,0 +1,115 @@
+/**
+ * The daily TLS-RPT job (RFC 8460 §3, §5): for the UTC day before, one report per recipient
+ * policy domain that has results and publishes `_smtp._tls` with `rua=`, gzipped and POSTed
+ * to its `https:` endpoints as `application/tlsrpt+gzip`. Only the leader (a coordination
+ * lease) sends, and `mta_tlsrpt_sent` makes each (day, domain, endpoint) go out once whatever
+ * instance leads. `mailto:` endpoints are recorded as skipped: the queue carries no
+ * pre-built MIME yet (see docs/delivery.md).
+ */
+import { promises as dns } from 'node:dns';
+import { randomBytes } from 'node:crypto';
+import { promisify } from 'node:util';
+import { gzip as gzipCb } from 'node:zlib';
+import type { Clock } from '../../shared/clock.js';
+import type { Coordination } from '../../shared/coord/types.js';
+import type { Db } from '../../shared/db/pool.js';
+import type { Logger } from '../../shared/log.js';
+import { SafeHttpClient } from '../../shared/net/client.js';
+import { createLookup } from '../../shared/net/resolve.js';
+import { DELIVERY } from '../delivery/settings.js';
+import { TRANSPORT } from './settings.js';
+import { buildReport, domainsWithResults, parseTlsRptRecord, utcDay, type TlsRptReport } from './tlsrpt.js';
+
+const gzip = promisify(gzipCb);
+export const TLSRPT_LEADER_KEY = 'mta:leader:tlsrpt';
+
+export interface TlsRptJobOptions {
+  db: Db;
+  clock: Clock;
+  coord: Coordination;
+  log: Logger;
+  instanceId: string;
+  dnsServers?: readonly string[];
+  /** `organization-name` of the reports (ORGANIZATION_NAME). */
+  organizationName: string;
+  /** `contact-info` of the reports: the operator's TLS-RPT address or a URL. */
+  contact: string;
+  /** CAs trusted for https endpoints instead of the system's (tests). */
+  ca?: string | Buffer | (string | Buffer)[];
+  /** Hosts exempt from the private-address rule (WEBHOOK_ALLOW_HOSTS). */
+  allowHosts?: readonly string[];
+}
+
+export interface TlsRptSendOutcome {
+  domain: string;
+  endpoint: string;
+  status: 'sent' | 'failed' | 'already-sent' | 'skipped';
+  reportId?: string;
+  error?: string;
+}
+
+export interface TlsRptRun {
+  day: string;
+  /** False when another instance holds the leader lease: nothing was sent here. */
+  leader: boolean;
+  outcomes: TlsRptSendOutcome[];
+}
+
+export class TlsRptJob {
+  private readonly resolver: dns.Resolver;
+  private readonly http: SafeHttpClient;
+
+  constructor(private readonly o: TlsRptJobOptions) {
+    this.resolver = new dns.Resolver({ timeout: DELIVERY.dnsTimeoutMs, tries: DELIVERY.dnsTries });
+    if (o.dnsServers?.length) this.resolver.setServers(o.dnsServers);
+    this.http = new SafeHttpClient({ lookup: createLookup(o.dnsServers), clock: o.clock, ca: o.ca, allowHosts: o.allowHosts, maxSocketsPerHost: 2 });
+  }
+
+  /** Reports `day` (default: yesterday, UTC) when this instance leads. */
+  async run(day?: string): Promise<TlsRptRun> {
+    const d = day ?? utcDay(this.o.clock.now() - 86_400_000);
+    if (!(await this.o.coord.acquireLease(TLSRPT_LEADER_KEY, this.o.instanceId, TRANSPORT.tlsrptJobIntervalMs))) return { day: d, leader: false, outcomes: [] };
+    const outcomes: TlsRptSendOutcome[] = [];
+    for (const domain of await domainsWithResults(this.o.db, d)) {
+      let rua: string[] | null;
+      try {
+        rua = parseTlsRptRecord(await this.resolver.resolveTxt(`_smtp._tls.${domain}`));
+      } catch {
+        rua = null; // no record (or DNS failing): no report for this domain
+      }
+      if (!rua) continue;
+      const reportId = `${d}.${domain}.${randomBytes(6).toString('hex')}@${this.o.organizationName.replace(/[^A-Za-z0-9.-]/g, '')}`;
+      const report = await buildReport(this.o.db, { day: d, policyDomain: domain, organizationName: this.o.organizationName, contact: this.o.contact, reportId });
+      if (!report) continue;
+      const body = await gzip(Buffer.from(JSON.stringify(report)));
+      for (const endpoint of rua) outcomes.push(await this.deliver(d, domain, endpoint, report, body));
+    }
+    await this.o.db.query(`DELETE FROM mta_tlsrpt_results WHERE day < $1::date - $2::int`, [d, TRANSPORT.tlsrptRetentionDays]);
+    await this.o.db.query(`DELETE FROM mta_tlsrpt_sent WHERE day < $1::date - $2::int`, [d, TRANSPORT.tlsrptRetentionDays]);
+    return { day: d, leader: true, outcomes };
+  }
+
+  private async deliver(day: string, domain: string, endpoint: string, report: TlsRptReport, body: Buffer): Promise<TlsRptSendOutcome> {
+    const done = await this.o.db.query(`SELECT 1 FROM mta_tlsrpt_sent WHERE day = $1 AND policy_domain = $2 AND endpoint = $3`, [day, domain, endpoint]);
+    if (done.rowCount) return { domain, endpoint, status: 'already-sent' };
+    const reportId = report['report-id'];
+    if (!/^https:/i.test(endpoint)) return { domain, endpoint, status: 'skipped', reportId, error: 'mailto: reports are not sent yet' };
+    try {
+      const res = await this.http.request(endpoint, {
+        method: 'POST',
+        headers: { 'content-type': 'application/tlsrpt+gzip', 'content-length': String(body.length) },
+        body,
+        timeoutMs: TRANSPORT.tlsrptPostTimeoutMs,
+      });
+      if (res.status < 200 || res.status >= 300) throw new Error(`HTTP ${res.status}`);
+    } catch (err) {
+      this.o.log.warn({ err, domain, endpoint }, 'TLS-RPT report could not be posted');
+      return { domain, endpoint, status: 'failed', reportId, error: (err as Error).message };
+    }
+    await this.o.db.query(
+      `INSERT INTO mta_tlsrpt_sent (day, policy_domain, endpoint, report_id, sent_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`,
+      [day, domain, endpoint, reportId, new Date(this.o.clock.now())],
+    );
+    return { domain, endpoint, status: 'sent', reportId };
+  }
+}
