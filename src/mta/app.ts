@@ -50,6 +50,12 @@ import { OrgLimitStore } from './stores/org-limits.js';
 import { PoolRuleStore } from './stores/pool-rules.js';
 import { SuppressionStore } from './stores/suppression.js';
 import { createDeliveryEngine, deliveryEnabled } from './delivery/index.js';
+import { transportRoutes } from './routes/transport.js';
+import { DkimPublication, DkimRotationJob } from './tls/dkim-rotation.js';
+import { RecordChecker } from './tls/records.js';
+import { TlsRptJob } from './tls/report-job.js';
+import { TRANSPORT } from './tls/settings.js';
+import { TlsRptRecorder } from './tls/tlsrpt.js';
 
 /** The MTA's peer, given at start: in role all the backend's port is known only once it listens. */
 export interface MtaPeers {
@@ -184,8 +190,34 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     warming,
   };
 
+  const inboundHost = [...pools.pools.values()][0]?.[0]?.ehloName ?? 'localhost';
+  const bounceHost = s.config.BOUNCE_HOST ?? inboundHost;
+  // Like delivery, no DNS query leaves a test that did not point DNS_SERVERS at a test resolver.
+  const dnsAllowed = deliveryEnabled(s.config);
+  const publication = new DkimPublication(s.config.DNS_SERVERS, dnsAllowed);
+  const transport: MtaContext['transport'] = {
+    tlsrpt: new TlsRptRecorder({ db: s.db, clock: s.clock, log }),
+    reports: new TlsRptJob({
+      db: s.db,
+      clock: s.clock,
+      coord: s.coord,
+      log,
+      instanceId,
+      dnsServers: s.config.DNS_SERVERS,
+      organizationName: s.config.ORGANIZATION_NAME,
+      contact: s.config.MTA_TLSRPT_RUA?.find((u) => u.startsWith('mailto:'))?.slice(7) ?? `postmaster@${bounceHost}`,
+      allowHosts: s.config.WEBHOOK_ALLOW_HOSTS,
+    }),
+    rotation: new DkimRotationJob({ keys: stores.dkim, clock: s.clock, coord: s.coord, log, instanceId, publication }),
+    publication,
+    records: new RecordChecker({ dnsServers: s.config.DNS_SERVERS, allowHosts: s.config.WEBHOOK_ALLOW_HOSTS, enabled: dnsAllowed }),
+    bounceHost,
+    inboundHost,
+  };
+
   const context: MtaContext = {
     services: s,
+    transport,
     policy,
     pools,
     auth: new MtaAuth(s.config.MTA_API_KEY, stores.credentials),
@@ -249,7 +281,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     return metrics.registry.metrics();
   });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
-  const groups = [credentialRoutes, dkimRoutes, orgLimitRoutes, poolRuleRoutes, ispProfileRoutes, ipReputationRoutes, suppressionRoutes, deliveryLogRoutes, queueRoutes, dlqRoutes];
+  const groups = [credentialRoutes, dkimRoutes, transportRoutes, orgLimitRoutes, poolRuleRoutes, ispProfileRoutes, ipReputationRoutes, suppressionRoutes, deliveryLogRoutes, queueRoutes, dlqRoutes];
   for (const group of groups) {
     await app.register(async (g: FastifyInstance) => group(g.withTypeProvider<TypeBoxTypeProvider>() as HttpApp, context));
   }
@@ -275,10 +307,11 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
 
   let worker: Worker<MtaJobPayload> | null = null;
   let pruneTimer: NodeJS.Timeout | undefined;
+  let transportTimers: NodeJS.Timeout[] = [];
   const deliverer =
     opts.deliverer ??
     (deliveryEnabled(s.config)
-      ? createDeliveryEngine(s, { keys: stores.dkim, registry: metrics.registry, instanceId, bounceHostFallback: [...pools.pools.values()][0]?.[0]?.ehloName })
+      ? createDeliveryEngine(s, { keys: stores.dkim, registry: metrics.registry, instanceId, bounceHostFallback: [...pools.pools.values()][0]?.[0]?.ehloName, tlsrpt: transport.tlsrpt })
       : undefined);
   const handler = deliverer ? createDispatcher({ pipeline, effects, deliverer, clock: s.clock, log }) : null;
 
@@ -310,11 +343,19 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       }
       pruneTimer = setInterval(() => void prune().catch((err) => log.warn({ err }, 'delivery log pruning failed')), PRUNE_EVERY_MS);
       pruneTimer.unref();
+      // Leader-only jobs: each run takes its lease first, so every instance may tick.
+      transportTimers = [
+        setInterval(() => void transport.reports.run().catch((err) => log.warn({ err }, 'TLS-RPT report job failed')), TRANSPORT.tlsrptJobIntervalMs),
+        setInterval(() => void transport.rotation.run().catch((err) => log.warn({ err }, 'DKIM rotation job failed')), TRANSPORT.dkimRotationJobIntervalMs),
+      ];
+      for (const t of transportTimers) t.unref();
     },
     async stop() {
       clearInterval(pruneTimer);
+      for (const t of transportTimers) clearInterval(t);
       await worker?.stop();
       await stores.logs.drain();
+      await transport.tlsrpt.drain();
       await relay.stop();
       await deliverer?.close();
       for (const c of caches) c.stop();

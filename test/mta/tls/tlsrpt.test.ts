@@ -6,8 +6,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { gunzipSync } from 'node:zlib';
-import Ajv from 'ajv';
-import addFormats from 'ajv-formats';
+import { Ajv } from 'ajv';
+import addFormatsModule from 'ajv-formats';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../../src/shared/clock.js';
 import { MemoryCoordination } from '../../../src/shared/coord/memory.js';
@@ -20,6 +20,8 @@ import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receive
 import { createTestCa } from '../../harness/tls.js';
 
 const fixture = (name: string) => JSON.parse(readFileSync(new URL(`../../fixtures/tlsrpt/${name}`, import.meta.url), 'utf8'));
+// ajv-formats is CommonJS with a default export; under NodeNext it arrives wrapped (as in src/shared/http.ts).
+const addFormats = ((addFormatsModule as unknown as { default?: (a: Ajv) => Ajv }).default ?? addFormatsModule) as unknown as (a: Ajv) => Ajv;
 const ajv = new Ajv({ allErrors: true, strict: true });
 addFormats(ajv);
 const validate = ajv.compile(fixture('rfc8460-report.schema.json'));
