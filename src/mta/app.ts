@@ -12,7 +12,7 @@ import type { MtaContext } from './context.js';
 import type { Deliverer } from './delivery/types.js';
 import { createDispatcher } from './dispatch.js';
 import type { EffectDeps } from './effects.js';
-import type { MtaJobPayload } from './job.js';
+import { groupKeyOf, type MtaJobPayload } from './job.js';
 import { createMetrics } from './metrics.js';
 import { MTA_EVENT } from '../shared/contracts/mta.js';
 import { OutboxRelay } from './outbox/relay.js';
@@ -207,6 +207,32 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       organizationName: s.config.ORGANIZATION_NAME,
       contact: s.config.MTA_TLSRPT_RUA?.find((u) => u.startsWith('mailto:'))?.slice(7) ?? `postmaster@${bounceHost}`,
       allowHosts: s.config.WEBHOOK_ALLOW_HOSTS,
+      mail: s.config.MTA_TLSRPT_FROM
+        ? {
+            from: s.config.MTA_TLSRPT_FROM,
+            // Queued like a /send job: the pipeline and delivery (DKIM signing) apply to it.
+            enqueue: async (r) => {
+              const domain = r.to.slice(r.to.lastIndexOf('@') + 1).toLowerCase();
+              const payload: MtaJobPayload = {
+                ...r,
+                html: '',
+                ipPool: 'transactional',
+                organizationId: s.config.ORGANIZATION_ID,
+                recipient: r.to.toLowerCase(),
+                domain,
+                band: 'default',
+                acceptedAt: s.clock.now(),
+              };
+              await queue.enqueue({
+                groupKey: groupKeyOf(payload.ipPool, domain),
+                payload,
+                priority: policy.defaultPriority,
+                orgId: payload.organizationId,
+                dedupeKey: `${payload.organizationId.length}:${payload.organizationId}:${payload.messageId}`,
+              });
+            },
+          }
+        : undefined,
     }),
     rotation: new DkimRotationJob({ keys: stores.dkim, clock: s.clock, coord: s.coord, log, instanceId, publication }),
     publication,
