@@ -5,6 +5,8 @@
 export const TRANSPORT = {
   /** spec: a policy is cached at least 5 minutes (its TXT id is not re-read before). */
   stsMinCacheMs: 5 * 60_000,
+  /** Each instance re-reads a cached policy row at most this often (the fleet's table stays the truth). */
+  stsMemoMs: 30_000,
   /** spec: no policy (or none could be fetched) is remembered 1 hour. */
   stsNegativeCacheMs: 3_600_000,
   /** RFC 8461 §3.3: policy bodies are small; 64 KiB is the RFC's suggested cap. */

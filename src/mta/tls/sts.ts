@@ -105,6 +105,11 @@ interface Row {
 }
 
 export class StsResolver {
+  /**
+   * Per-instance memo of answers the table gave, so a busy domain costs one query per
+   * TRANSPORT.stsMemoMs instead of one per message; never kept past the row's own next check.
+   */
+  private readonly memo = new Map<string, { until: number; answer: StsLookup }>();
   private readonly resolver: dns.Resolver;
   private readonly http: SafeHttpClient;
   private readonly port: number;
@@ -119,6 +124,8 @@ export class StsResolver {
   /** The policy for mail to `domain` now. Never throws: a failure is opportunistic TLS. */
   async lookup(domain: string): Promise<StsLookup> {
     const d = domain.toLowerCase().replace(/\.$/, '');
+    const hit = this.memo.get(d);
+    if (hit && hit.until > this.o.clock.now()) return hit.answer;
     try {
       return await this.resolve(d);
     } catch (err) {
@@ -131,8 +138,10 @@ export class StsResolver {
     const now = this.o.clock.now();
     const row = await this.read(domain);
     const known = row && row.policy_id && row.expires_at.getTime() > now ? toPolicy(row) : null;
-    if (known && row!.checked_at.getTime() + TRANSPORT.stsMinCacheMs > now) return { policy: known, source: 'cache' };
-    if (row && !row.policy_id && row.expires_at.getTime() > now) return { policy: null, source: 'negative', ...negativeFailure(row) };
+    if (known && row!.checked_at.getTime() + TRANSPORT.stsMinCacheMs > now) {
+      return this.remember(domain, { policy: known, source: 'cache' }, Math.min(row!.checked_at.getTime() + TRANSPORT.stsMinCacheMs, row!.expires_at.getTime()));
+    }
+    if (row && !row.policy_id && row.expires_at.getTime() > now) return this.remember(domain, { policy: null, source: 'negative', ...negativeFailure(row) }, row.expires_at.getTime());
 
     let id: string | null | 'multiple';
     try {
@@ -178,6 +187,13 @@ export class StsResolver {
       [domain, policy.id, policy.mode, policy.mx, policy.maxAge, policy.text, new Date(now), new Date(now + cacheMs(policy.maxAge))],
     );
     return { policy, source: 'fetched' };
+  }
+
+  private remember(domain: string, answer: StsLookup, rowUntil: number): StsLookup {
+    this.memo.set(domain, { until: Math.min(this.o.clock.now() + TRANSPORT.stsMemoMs, rowUntil), answer });
+    // Bounded like the MX cache: drop the oldest entry.
+    if (this.memo.size > 100_000) this.memo.delete(this.memo.keys().next().value as string);
+    return answer;
   }
 
   private async fetch(domain: string, id: string): Promise<StsPolicy> {

@@ -262,6 +262,19 @@ describe('policy cache (PostgreSQL, manual clock)', () => {
     expect(count()).toBe(2);
   });
 
+  it('each instance re-reads a cached row at most every 30 s (the table stays the truth)', async () => {
+    const r = sts();
+    await r.lookup('good.test');
+    clock.advance(1_000);
+    expect(await r.lookup('good.test')).toMatchObject({ source: 'cache' }); // read from the table, memoised
+    await db.pool.query(`UPDATE mta_sts_policies SET mode = 'testing' WHERE domain = 'good.test'`);
+    clock.advance(TRANSPORT.stsMemoMs - 2_000);
+    expect(await r.lookup('good.test')).toMatchObject({ policy: { mode: 'enforce' } });
+    clock.advance(2_000);
+    expect(await r.lookup('good.test')).toMatchObject({ source: 'cache', policy: { mode: 'testing' } });
+    await db.pool.query(`UPDATE mta_sts_policies SET mode = 'enforce' WHERE domain = 'good.test'`);
+  });
+
   it('remembers "no policy" for 1 hour', async () => {
     const r = sts();
     expect(await r.lookup('late.test')).toMatchObject({ source: 'negative', policy: null });
