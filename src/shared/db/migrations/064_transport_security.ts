@@ -1,12 +1,13 @@
 import type { Migration } from '../migrate.js';
 
 /**
- * Transport security (issue 20): the fleet's MTA-STS policy cache (RFC 8461 §5: a known policy
- * survives restarts and DNS outages until it expires) and the TLS-RPT results (RFC 8460) the
- * daily report is built from, one row per (day, policy domain, result) with its count.
+ * Transport security (issue 20; 064 because main's 063 holds the inbound feedback reports):
+ * the fleet's MTA-STS policy cache (RFC 8461 §5: a known policy survives restarts and DNS
+ * outages until it expires), the TLS-RPT results (RFC 8460) the daily report is built from,
+ * one row per (day, policy domain, result) with its count, and the reports already sent.
  */
-export const m063: Migration = {
-  id: '063_transport_security',
+export const m064: Migration = {
+  id: '064_transport_security',
   sql: `
     CREATE TABLE mta_sts_policies (
       domain         text        PRIMARY KEY,
