@@ -121,6 +121,8 @@ export class TlsRptJob {
     }
     await this.o.db.query(`DELETE FROM mta_tlsrpt_results WHERE day < $1::date - $2::int`, [d, TRANSPORT.tlsrptRetentionDays]);
     await this.o.db.query(`DELETE FROM mta_tlsrpt_sent WHERE day < $1::date - $2::int`, [d, TRANSPORT.tlsrptRetentionDays]);
+    // Expired MTA-STS rows answer nothing; kept two days so a report still quotes its policy.
+    await this.o.db.query(`DELETE FROM mta_sts_policies WHERE expires_at < $1`, [new Date(this.o.clock.now() - 2 * 86_400_000)]);
     return { day: d, leader: true, outcomes };
   }
 

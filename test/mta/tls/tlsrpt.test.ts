@@ -99,6 +99,11 @@ describe('the daily report job', () => {
       rec.record({ policyDomain: 'silent.test', policyType: 'no-policy-found', result: 'starttls-not-supported', mxHost: 'mx.silent.test' }),
     ]);
     await rec.drain();
+    // An MTA-STS row expired days ago: pruned by the job (a recently expired one is kept for its report).
+    await db.pool.query(
+      `INSERT INTO mta_sts_policies (domain, policy_id, mode, checked_at, expires_at, failure) VALUES ('gone.test', NULL, NULL, $1, $2, 'no-policy')`,
+      [new Date(DAY - 4 * 86_400_000), new Date(DAY - 3 * 86_400_000)],
+    );
     clock.set(DAY + 86_400_000); // the next day: the job reports yesterday
 
     const coord = new MemoryCoordination({ clock });
@@ -134,6 +139,8 @@ describe('the daily report job', () => {
     });
     const none = report.policies.find((p: { policy: { 'policy-type': string } }) => p.policy['policy-type'] === 'no-policy-found');
     expect(none.summary).toEqual({ 'total-successful-session-count': 1, 'total-failure-session-count': 0 });
+
+    expect((await db.pool.query(`SELECT domain FROM mta_sts_policies ORDER BY domain`)).rows).toEqual([{ domain: 'reported.test' }]);
 
     // The leader running again (a restart, or the route) does not send the day twice.
     const again = await job('a', coord).run();
