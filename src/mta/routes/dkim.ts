@@ -176,12 +176,16 @@ export async function dkimRoutes(app: HttpApp, m: MtaContext): Promise<void> {
   app.post(
     '/dkim/:domain/activate',
     {
+      // The body is optional: a bare POST is an empty object (the schema validates objects only).
+      preValidation: async (req) => {
+        req.body ??= {};
+      },
       schema: {
         tags,
         security,
         summary: "Make the domain's pending key active now; without force its TXT record must be published and match",
         params: Type.Object({ domain: DomainName }),
-        body: Type.Optional(Type.Object({ force: Type.Optional(Type.Boolean()) }, { additionalProperties: false })),
+        body: Type.Object({ force: Type.Optional(Type.Boolean()) }, { additionalProperties: false }),
         response: {
           200: Data(Type.Object({ domain: Type.String(), selector: Type.String(), activated: Type.Literal(true), forced: Type.Boolean() })),
           404: ErrorResponse,

@@ -50,11 +50,15 @@ export async function transportRoutes(app: HttpApp, m: MtaContext): Promise<void
   app.post(
     '/tls-reports/send',
     {
+      // The body is optional: a bare POST is an empty object (the schema validates objects only).
+      preValidation: async (req) => {
+        req.body ??= {};
+      },
       schema: {
         tags: ['tls-reports'],
         security,
         summary: "Send the TLS-RPT reports of a UTC day now (default yesterday); only the leader sends, each (day, domain, endpoint) once",
-        body: Type.Optional(Type.Object({ date: Type.Optional(Type.String({ pattern: '^\\d{4}-\\d{2}-\\d{2}$' })) }, { additionalProperties: false })),
+        body: Type.Object({ date: Type.Optional(Type.String({ pattern: '^\\d{4}-\\d{2}-\\d{2}$' })) }, { additionalProperties: false }),
         response: {
           200: Data(
             Type.Object({

@@ -107,7 +107,7 @@ describe('DKIM rotation (manual clock, knotd, dkimpy)', () => {
 
     // Forced activation skips the DNS check; without force an unpublished key is refused.
     const rot2 = (await t.call('POST', '/dkim/sender.test/rotate')).body.data;
-    const refused = await t.call('POST', '/dkim/sender.test/activate', {});
+    const refused = await t.call('POST', '/dkim/sender.test/activate');
     expect(refused.status).toBe(409);
     expect(refused.body.error.data.reason).toBe('dkim_record_not_published');
     const forced = await t.call('POST', '/dkim/sender.test/activate', { force: true });

@@ -98,6 +98,15 @@ it('queues a DKIM-signed multipart/report that a sink receives and dkimpy verifi
   expect(validate(report), JSON.stringify(validate.errors)).toBe(true);
   expect(report.policies[0].summary).toEqual({ 'total-successful-session-count': 1, 'total-failure-session-count': 1 });
 
+  // No body: yesterday (the clock is on the 25th).
+  const plain = await t.call('POST', '/tls-reports/send');
+  expect(plain.status, JSON.stringify(plain.body)).toBe(200);
+  expect(plain.body.data).toMatchObject({ day: '2026-11-24', leader: true });
+  const bad = await t.call('POST', '/tls-reports/send', { date: '2026-13-45' });
+  expect(bad.status).toBe(400);
+  expect(bad.body.error).toMatchObject({ category: 'invalid_input', data: { reason: 'invalid_date' } });
+  expect((await t.call('POST', '/tls-reports/send', { date: 'yesterday' })).status).toBe(400);
+
   // Sent once: the route again does not queue a second mail.
   const again = await t.call('POST', '/tls-reports/send', { date: '2026-11-24' });
   expect(again.body.data.outcomes).toEqual([expect.objectContaining({ status: 'already-sent' })]);
