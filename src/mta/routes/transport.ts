@@ -75,7 +75,9 @@ export async function transportRoutes(app: HttpApp, m: MtaContext): Promise<void
     },
     async (req) => {
       const date = req.body?.date;
-      if (date && Number.isNaN(Date.parse(`${date}T00:00:00Z`))) throw badInput('date must be a valid YYYY-MM-DD day', 'invalid_date');
+      // Date.parse rolls 2026-02-31 over to March: the day must read back unchanged.
+      const parsed = date ? Date.parse(`${date}T00:00:00Z`) : 0;
+      if (date && (Number.isNaN(parsed) || new Date(parsed).toISOString().slice(0, 10) !== date)) throw badInput('date must be a valid YYYY-MM-DD day', 'invalid_date');
       return { data: await t.reports.run(date) };
     },
   );

@@ -106,6 +106,7 @@ it('queues a DKIM-signed multipart/report that a sink receives and dkimpy verifi
   expect(bad.status).toBe(400);
   expect(bad.body.error).toMatchObject({ category: 'invalid_input', data: { reason: 'invalid_date' } });
   expect((await t.call('POST', '/tls-reports/send', { date: 'yesterday' })).status).toBe(400);
+  expect((await t.call('POST', '/tls-reports/send', { date: '2026-02-31' })).body.error.data.reason).toBe('invalid_date');
 
   // Sent once: the route again does not queue a second mail.
   const again = await t.call('POST', '/tls-reports/send', { date: '2026-11-24' });
