@@ -12,7 +12,7 @@ import type { MtaContext } from './context.js';
 import type { Deliverer } from './delivery/types.js';
 import { createDispatcher } from './dispatch.js';
 import type { EffectDeps } from './effects.js';
-import type { MtaJobPayload } from './job.js';
+import { groupKeyOf, type MtaJobPayload } from './job.js';
 import { createMetrics } from './metrics.js';
 import { MTA_EVENT } from '../shared/contracts/mta.js';
 import { OutboxRelay } from './outbox/relay.js';
@@ -66,6 +66,12 @@ import { FeedbackProcessor } from './inbound/reports.js';
 import { InboundSmtpServer } from './inbound/server.js';
 import { ProvenanceStore } from './delivery/provenance.js';
 import { createDeliveryEngine, deliveryEnabled } from './delivery/index.js';
+import { transportRoutes } from './routes/transport.js';
+import { DkimPublication, DkimRotationJob } from './tls/dkim-rotation.js';
+import { RecordChecker } from './tls/records.js';
+import { TlsRptJob } from './tls/report-job.js';
+import { TRANSPORT } from './tls/settings.js';
+import { TlsRptRecorder } from './tls/tlsrpt.js';
 
 /** The MTA's peer, given at start: in role all the backend's port is known only once it listens. */
 export interface MtaPeers {
@@ -251,9 +257,62 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     },
   });
   const failoverRelay = !!cfg.MTA_FAILOVER_RELAY_URL;
+  const firstEhlo = [...pools.pools.values()][0]?.[0]?.ehloName;
+  const inboundHost = firstEhlo ?? 'localhost';
+  // The host of VERP and CFBL addresses when no return-path host is registered for a domain.
+  const bounceHost = (s.config.BOUNCE_HOST ?? inboundHost).toLowerCase();
+  // Like delivery, no DNS query leaves a test that did not point DNS_SERVERS at a test resolver.
+  const dnsAllowed = deliveryEnabled(s.config);
+  const publication = new DkimPublication(s.config.DNS_SERVERS, dnsAllowed);
+  const transport: MtaContext['transport'] = {
+    tlsrpt: new TlsRptRecorder({ db: s.db, clock: s.clock, log }),
+    reports: new TlsRptJob({
+      db: s.db,
+      clock: s.clock,
+      coord: s.coord,
+      log,
+      instanceId,
+      dnsServers: s.config.DNS_SERVERS,
+      organizationName: s.config.ORGANIZATION_NAME,
+      contact: s.config.MTA_TLSRPT_RUA?.find((u) => u.startsWith('mailto:'))?.slice(7) ?? `postmaster@${bounceHost}`,
+      allowHosts: s.config.WEBHOOK_ALLOW_HOSTS,
+      mail: s.config.MTA_TLSRPT_FROM
+        ? {
+            from: s.config.MTA_TLSRPT_FROM,
+            // Queued like a /send job: the pipeline and delivery (DKIM signing) apply to it.
+            enqueue: async (r) => {
+              const domain = r.to.slice(r.to.lastIndexOf('@') + 1).toLowerCase();
+              const payload: MtaJobPayload = {
+                ...r,
+                html: '',
+                ipPool: 'transactional',
+                organizationId: s.config.ORGANIZATION_ID,
+                recipient: r.to.toLowerCase(),
+                domain,
+                band: 'default',
+                acceptedAt: s.clock.now(),
+              };
+              await queue.enqueue({
+                groupKey: groupKeyOf(payload.ipPool, domain),
+                payload,
+                priority: policy.defaultPriority,
+                orgId: payload.organizationId,
+                dedupeKey: `${payload.organizationId.length}:${payload.organizationId}:${payload.messageId}`,
+              });
+            },
+          }
+        : undefined,
+    }),
+    rotation: new DkimRotationJob({ keys: stores.dkim, clock: s.clock, coord: s.coord, log, instanceId, publication }),
+    publication,
+    records: new RecordChecker({ dnsServers: s.config.DNS_SERVERS, allowHosts: s.config.WEBHOOK_ALLOW_HOSTS, enabled: dnsAllowed }),
+    bounceHost,
+    inboundHost,
+  };
 
   const context: MtaContext = {
     services: s,
+    transport,
     policy,
     pools,
     auth: new MtaAuth(s.config.MTA_API_KEY, stores.credentials),
@@ -320,7 +379,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     return metrics.registry.metrics();
   });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
-  const groups = [returnPathRoutes, credentialRoutes, dkimRoutes, orgLimitRoutes, poolRuleRoutes, ispProfileRoutes, ipReputationRoutes, ipAuditRoutes, suppressionRoutes, deliveryLogRoutes, queueRoutes, dlqRoutes];
+  const groups = [returnPathRoutes, credentialRoutes, dkimRoutes, transportRoutes, orgLimitRoutes, poolRuleRoutes, ispProfileRoutes, ipReputationRoutes, ipAuditRoutes, suppressionRoutes, deliveryLogRoutes, queueRoutes, dlqRoutes];
   for (const group of groups) {
     await app.register(async (g: FastifyInstance) => group(g.withTypeProvider<TypeBoxTypeProvider>() as HttpApp, context));
   }
@@ -346,7 +405,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
 
   let worker: Worker<MtaJobPayload> | null = null;
   let pruneTimer: NodeJS.Timeout | undefined;
-  const firstEhlo = [...pools.pools.values()][0]?.[0]?.ehloName;
+  let transportTimers: NodeJS.Timeout[] = [];
   let sweepTimer: NodeJS.Timeout | undefined;
   let auditTimer: NodeJS.Timeout | undefined;
   const deliverer =
@@ -357,13 +416,13 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
           registry: metrics.registry,
           instanceId,
           bounceHostFallback: firstEhlo,
+          tlsrpt: transport.tlsrpt,
           returnPathHost: (domain) => stores.returnPaths.hostFor(domain),
         })
       : undefined);
 
   // Bounces and feedback reports (docs/bounces.md): accepted at BOUNCE_HOST and every
   // registered return-path host.
-  const bounceHost = (s.config.BOUNCE_HOST ?? firstEhlo ?? 'localhost').toLowerCase();
   const feedback = new FeedbackProcessor({
     key: s.config.BOUNCE_VERP_KEY,
     hosts: () => new Set([bounceHost, ...stores.returnPaths.hosts()]),
@@ -458,6 +517,12 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       sweepTimer.unref();
       auditTimer = setInterval(() => background(auditLeader(false), 'address audit failed'), policy.reputation.auditEveryMs);
       auditTimer.unref();
+      // Transport leader-only jobs: each run takes its lease first, so every instance may tick.
+      transportTimers = [
+        setInterval(() => void transport.reports.run().catch((err) => log.warn({ err }, 'TLS-RPT report job failed')), TRANSPORT.tlsrptJobIntervalMs),
+        setInterval(() => void transport.rotation.run().catch((err) => log.warn({ err }, 'DKIM rotation job failed')), TRANSPORT.dkimRotationJobIntervalMs),
+      ];
+      for (const t of transportTimers) t.unref();
     },
     async stop() {
       clearInterval(pruneTimer);
@@ -467,8 +532,10 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       resolver.cancel();
       // A sweep or audit in flight finishes (its lookups now fail fast) before the stores close.
       await Promise.allSettled([...inflight]);
+      for (const t of transportTimers) clearInterval(t);
       await worker?.stop();
       await stores.logs.drain();
+      await transport.tlsrpt.drain();
       await relay.stop();
       await deliverer?.close();
       await failover?.close();

@@ -25,6 +25,10 @@ import type { FeedbackReportStore } from './stores/feedback-reports.js';
 import type { AddressAudit } from './reputation/audit.js';
 import type { BlocklistMonitor } from './reputation/monitor.js';
 import type { SuppressionStore } from './stores/suppression.js';
+import type { DkimPublication, DkimRotationJob } from './tls/dkim-rotation.js';
+import type { RecordChecker } from './tls/records.js';
+import type { TlsRptJob } from './tls/report-job.js';
+import type { TlsRptRecorder } from './tls/tlsrpt.js';
 
 /** What the MTA's routes and workers are built from (assembled once in app.ts). */
 export interface MtaContext {
@@ -62,6 +66,17 @@ export interface MtaContext {
   failoverRelay: boolean;
   /** Blocklist monitor and sending-address audit (src/mta/reputation/). */
   reputation: { monitor: BlocklistMonitor; audit: AddressAudit };
+  /** Transport security (issue 20): TLS-RPT, DKIM rotation, the records to publish. */
+  transport: {
+    tlsrpt: TlsRptRecorder;
+    reports: TlsRptJob;
+    rotation: DkimRotationJob;
+    publication: DkimPublication;
+    records: RecordChecker;
+    /** BOUNCE_HOST (or the first EHLO name) and the first EHLO name: the return path and its MX. */
+    bounceHost: string;
+    inboundHost: string;
+  };
   /** Queue depth for back-pressure, cached briefly so /send does not count on every request. */
   queueDepth(): Promise<number>;
   /** Counts an enqueue of this instance into the cached depth at once. */

@@ -29,6 +29,7 @@ export function toOutbound(job: MtaJobPayload): OutboundMessage {
     headers: job.headers,
     dkimDomain: job.dkimDomain,
     campaignId: job.campaignId ?? null,
+    ...(job.entity !== undefined ? { entity: job.entity } : {}),
   };
 }
 

@@ -13,6 +13,8 @@ export interface MtaJobPayload extends EmailJob {
   band: string;
   /** Epoch ms when /send accepted the job. */
   acceptedAt: number;
+  /** The MTA's own reports only (TLS-RPT): a pre-built MIME entity, see OutboundMessage.entity. */
+  entity?: string;
 }
 
 /** Group key of the MTA queue (mta.md → Queue). */

@@ -185,6 +185,8 @@ export const SPEC = {
   QUEUE_MAX_DEPTH: v(posInt, 'pending MTA jobs above which POST /send answers 429', { default: 1_000_000 }),
   CONTENT_URL_BLOCKLIST: v(list, 'domains whose links screen a message out (adds to the MTA policy list)', { default: [] }),
   MTA_WARMED_IPS: v(list, 'sending IPs that are already warm (no warming cap)', { default: [] }),
+  MTA_TLSRPT_FROM: v(str, 'sender of TLS-RPT mailto: reports; its domain needs a DKIM key (unset: mailto: endpoints are skipped)'),
+  MTA_TLSRPT_RUA: v(list, 'TLS-RPT rua= endpoints (mailto:/https:) emitted in the records of every sending domain (unset: no TLS-RPT record)'),
   // The HTTP edge of both servers (docs/api.md → Input policy). A client that does not finish
   // in time gets 408 and the connection is closed (at most ~1.5 s after the deadline).
   HTTP_HEADERS_TIMEOUT_MS: v(posInt, 'the request line and headers must arrive within this many ms (408 otherwise)', { default: 15_000 }),

@@ -16,6 +16,8 @@ export interface TestCaOptions {
   dnsNames?: string[];
   /** IP addresses for the subjectAltName (default `['127.0.0.1']`). */
   ips?: string[];
+  /** A certificate that expired yesterday (notAfter before notBefore), for TLS failure tests. */
+  expired?: boolean;
 }
 
 export interface TestCertificates {
@@ -70,7 +72,7 @@ function createCa(): Promise<Ca> {
   });
 }
 
-function issue(ca: Ca, dnsNames: string[], ips: string[]): Promise<TestCertificates> {
+function issue(ca: Ca, dnsNames: string[], ips: string[], expired = false): Promise<TestCertificates> {
   return withTempDir(async (dir) => {
     const openssl = findBinary('openssl');
     const p = (name: string) => join(dir, name);
@@ -95,7 +97,7 @@ function issue(ca: Ca, dnsNames: string[], ips: string[]): Promise<TestCertifica
       'x509', '-req', '-in', p('server.csr'),
       '-CA', p('ca.pem'), '-CAkey', p('ca.key'),
       '-set_serial', `0x${randomBytes(12).toString('hex')}`,
-      '-days', '825', '-sha256',
+      '-days', expired ? '-1' : '825', '-sha256',
       '-extfile', p('ext.cnf'),
       '-out', p('server.pem'),
     ]);
@@ -115,7 +117,7 @@ export function createTestCa(opts: TestCaOptions = {}): Promise<TestCertificates
   for (const ip of ips) if (!isIP(ip)) throw new Error(`createTestCa: "${ip}" is not an IP address`);
   for (const n of dnsNames) if (!/^(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*$/.test(n)) throw new Error(`createTestCa: bad DNS name "${n}"`);
   if (dnsNames.length + ips.length === 0) throw new Error('createTestCa: need at least one DNS name or IP');
-  const cacheKey = `${[...dnsNames].sort().join(',')}|${[...ips].sort().join(',')}`;
+  const cacheKey = `${[...dnsNames].sort().join(',')}|${[...ips].sort().join(',')}${opts.expired ? '|expired' : ''}`;
   let cached = certCache.get(cacheKey);
   if (!cached) {
     if (!caPromise) {
@@ -124,7 +126,7 @@ export function createTestCa(opts: TestCaOptions = {}): Promise<TestCertificates
         caPromise = undefined;
       });
     }
-    cached = caPromise.then((ca) => issue(ca, dnsNames, ips));
+    cached = caPromise.then((ca) => issue(ca, dnsNames, ips, opts.expired));
     certCache.set(cacheKey, cached);
     cached.catch(() => certCache.delete(cacheKey));
   }

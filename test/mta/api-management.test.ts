@@ -19,6 +19,10 @@ const ROUTES: [string, string, unknown?][] = [
   ['GET', '/dkim'],
   ['DELETE', '/dkim/a.example'],
   ['POST', '/dkim/a.example/rotate'],
+  ['POST', '/dkim/a.example/activate', {}],
+  ['POST', '/tls-reports/send', {}],
+  ['GET', '/domains/a.example/records'],
+  ['GET', '/domains/a.example/check'],
   ['POST', '/org-limits', { organizationId: 'x', daily: 1 }],
   ['GET', '/org-limits/x'],
   ['POST', '/pool-rules', { organizationId: 'x', pool: 'campaign' }],
@@ -156,8 +160,11 @@ describe('/dkim', () => {
     expect((await t.mta.context.stores.dkim.getSigningKeys('mail.example')).map((k) => k.selector)).toEqual([selector]);
   });
 
-  it('rotate and delete answer 404 for an unknown domain; delete removes', async () => {
-    expect((await t.call('POST', '/dkim/unknown.example/rotate')).status).toBe(404);
+  it('rotate gives a domain without an RSA key its first key, active at once; delete answers 404 for an unknown domain and removes', async () => {
+    const first = await t.call('POST', '/dkim/unknown.example/rotate');
+    expect(first.status).toBe(201);
+    expect(first.body.data).toMatchObject({ activated: true, activeSelector: first.body.data.selector });
+    expect((await t.mta.context.stores.dkim.getSigningKeys('unknown.example')).map((k) => k.selector)).toEqual([first.body.data.selector]);
     expect((await t.call('DELETE', '/dkim/ed.example')).body).toEqual({ data: { domain: 'ed.example', deleted: true, algorithms: ['ed25519-sha256'] } });
     const again = await t.call('DELETE', '/dkim/ed.example');
     expect(again.status).toBe(404);
@@ -201,7 +208,7 @@ describe('/dkim', () => {
       expect(await selectors('clash.example')).toEqual(['rsa-sha256:main']);
     });
 
-    it('rotation replaces the RSA key only (the Ed25519 key keeps signing); a domain with no RSA key cannot rotate', async () => {
+    it('rotation replaces the RSA key only (the Ed25519 key keeps signing); a domain with only Ed25519 gets its first RSA key, active at once (issue 20)', async () => {
       await t.call('POST', '/dkim', { domain: 'rot.example', selector: 'r1', privateKey: rsaPem });
       await t.call('POST', '/dkim', { domain: 'rot.example', selector: 'e1', privateKey: edPem() });
       const r = await t.call('POST', '/dkim/rot.example/rotate');
@@ -214,9 +221,10 @@ describe('/dkim', () => {
       expect(await t.mta.context.stores.dkim.activatePendingKey('rot.example')).toBe(false);
 
       await t.call('POST', '/dkim', { domain: 'edonly.example', selector: 'e1', privateKey: edPem() });
-      const none = await t.call('POST', '/dkim/edonly.example/rotate');
-      expect(none.status).toBe(404);
-      expect(none.body.error).toMatchObject({ data: { reason: 'dkim_key_not_found' }, message: expect.stringMatching(/No RSA DKIM key/) });
+      const first = await t.call('POST', '/dkim/edonly.example/rotate');
+      expect(first.status).toBe(201);
+      expect(first.body.data.activated).toBe(true);
+      expect(await selectors('edonly.example')).toEqual([`rsa-sha256:${first.body.data.selector}`, 'ed25519-sha256:e1']);
     });
 
     it('DELETE ?algorithm= removes one key; DELETE without it removes all of the domain’s keys', async () => {

@@ -16,11 +16,13 @@ import { DkimKeyCache, type KeySource } from './dkim/keys.js';
 import { dkimSign } from './dkim/sign.js';
 import { CFBL_OUTCOMES, cfblHeaders, cfblOutcome } from './cfbl.js';
 import { buildMessage, MessageBuildError, requireMailbox, stableMessageId } from './mime.js';
-import { MxResolver } from './mx.js';
+import { MxResolver, type MxHost } from './mx.js';
 import { ConnectionPool, PoolBusyError, PoolClosedError, type PoolSettings } from './pool.js';
 import { ProvenanceStore } from './provenance.js';
 import { DELIVERY } from './settings.js';
-import { SmtpSession, toFailure, type SmtpFailure, type TlsPolicy } from './smtp.js';
+import { SmtpError, SmtpSession, toFailure, type SmtpFailure, type TlsPolicy } from './smtp.js';
+import { mxMatches, type StsLookup, type StsResolver } from '../tls/sts.js';
+import type { TlsResult, TlsRptRecorder } from '../tls/tlsrpt.js';
 import type { Deliverer, DeliveryResult, DeliveryRoute, OutboundMessage } from './types.js';
 import { verpAddress } from './verp.js';
 
@@ -56,8 +58,12 @@ export interface DelivererOptions {
   onConnectionFailure?: (info: ConnectionFailureInfo) => void | Promise<void>;
   /** prom-client registry for mta_smtp_pool_connections and friends (default: the global one). */
   registry?: Registry;
-  /** Extra CAs used to judge (never require) remote certificates. */
-  tls?: TlsPolicy;
+  /** CAs used to judge remote certificates instead of the system's (tests). */
+  tls?: Omit<TlsPolicy, 'require'>;
+  /** MTA-STS policies (RFC 8461); absent: opportunistic TLS everywhere. */
+  sts?: StsResolver;
+  /** TLS-RPT result counts (RFC 8460); absent: nothing recorded. */
+  tlsrpt?: TlsRptRecorder;
   /** Names this process's fleet-wide connection permits (default: random). */
   instanceId?: string;
   pool?: Partial<PoolSettings> & { autoSweep?: boolean };
@@ -136,6 +142,30 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
 
   const local = (response: string, reason: string): DeliveryResult => ({ status: 'deferred', response, connectionFailure: false, local: true, reason });
 
+  /**
+   * The MX hosts to try under the domain's MTA-STS policy, whether TLS is required, and the
+   * TLS-RPT recorder bound to the policy. `enforce` keeps only hosts matching the policy's
+   * `mx` patterns; `testing` tries every host and reports the ones that do not match.
+   */
+  function stsRouting(domain: string, all: MxHost[], sts: StsLookup, bindIp: string) {
+    const p = sts.policy && sts.policy.mode !== 'none' ? sts.policy : null;
+    const sendingIp = bindIp === '0.0.0.0' || bindIp === '::' ? '' : bindIp;
+    const report = (r: Omit<TlsResult, 'policyDomain' | 'policyType' | 'policyId' | 'sendingIp'>) => {
+      if (!o.tlsrpt) return;
+      void o.tlsrpt.record({ policyDomain: domain, policyType: p ? 'sts' : 'no-policy-found', policyId: p?.id ?? '', sendingIp, ...r });
+    };
+    // The policy could not be fetched (and none is known): reported once per attempt.
+    if (sts.failure && o.tlsrpt) void o.tlsrpt.record({ policyDomain: domain, policyType: 'sts', result: sts.failure.type, detail: sts.failure.detail, sendingIp });
+    if (!p) return { hosts: all, enforce: false, report };
+    const hosts = all.filter((h) => mxMatches(h.name, p.mx));
+    for (const h of all) {
+      if (hosts.includes(h)) continue;
+      report({ result: 'validation-failure', detail: 'MX host not listed in the MTA-STS policy', mxHost: h.name });
+      log.warn({ domain, mxHost: h.name, mode: p.mode }, 'MX host does not match the MTA-STS policy');
+    }
+    return p.mode === 'enforce' ? { hosts, enforce: true, report } : { hosts: all, enforce: false, report };
+  }
+
   async function attempt(msg: OutboundMessage, route: DeliveryRoute): Promise<DeliveryResult> {
     let to;
     let fromDomain: string;
@@ -161,6 +191,12 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
       return { status: 'bounced', hard: true, code: 550, enhancedCode: '5.1.2', reason: 'hostunknown', response: `${domain} has no MX and no address records` };
     }
     if (mx.kind === 'tempfail') return local(`DNS lookup for ${domain} failed: ${mx.error}`, 'networkerror');
+
+    const sts: StsLookup = o.sts ? await o.sts.lookup(domain) : { policy: null, source: 'none' };
+    const { hosts, enforce, report } = stsRouting(domain, mx.hosts, sts, route.bindIp);
+    if (hosts.length === 0) {
+      return { status: 'deferred', response: `MTA-STS policy of ${domain} (enforce) lists none of its MX hosts (${mx.hosts.map((h) => h.name).join(', ')})`, connectionFailure: false, reason: 'securityerror' };
+    }
 
     const now = o.clock.now();
     // Latency is throughput here (queue groups send one message at a time), so the provenance
@@ -206,7 +242,7 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
     };
     void build(true);
 
-    for (const host of mx.hosts) {
+    for (const host of hosts) {
       const addresses: string[] = [];
       let dnsError: string | undefined;
       for (const fam of families) {
@@ -224,21 +260,25 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
           try {
             const s = await SmtpSession.open(
               { mxHost: host.name, address, port, bindIp: wildcard ? '' : route.bindIp, ehloName: route.ehloName },
-              o.tls ?? {},
+              { ...o.tls, require: enforce },
               () => o.clock.now(),
             );
+            const problem = !s.tls ? { type: 'starttls-not-supported', detail: s.tlsFallback ? 'STARTTLS handshake failed' : 'STARTTLS not offered' } : s.tlsProblem;
+            report({ result: problem?.type ?? 'success', detail: problem?.detail, mxHost: host.name, receivingIp: address });
+            if (problem && sts.policy?.mode === 'testing') log.warn({ domain, mxHost: host.name, problem }, 'MTA-STS (testing): TLS would have failed under enforce');
             if (s.tlsFallback) {
               tlsFallbacks.inc();
               log.warn({ mxHost: host.name, address }, 'STARTTLS handshake failed; delivered over a plain-text retry');
             }
             return s;
           } catch (err) {
+            if (err instanceof SmtpError && err.tlsResult) report({ result: err.tlsResult.type, detail: err.tlsResult.detail, mxHost: host.name, receivingIp: address });
             last = err;
           }
         }
         throw last;
       };
-      const key = { mxHost: host.name, bindIp: route.bindIp, dkimDomain };
+      const key = { mxHost: host.name, bindIp: route.bindIp, dkimDomain, tlsRequired: enforce };
       // A pooled connection may have died while idle: one retry on a fresh connection.
       for (let tries = 0; tries < 2; tries++) {
         let lease;
@@ -336,6 +376,7 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
       if (inflight > 0) await new Promise<void>((resolve) => (idle = resolve));
       await pool.close();
       await provenance.close();
+      await o.tlsrpt?.drain();
     },
   };
 }

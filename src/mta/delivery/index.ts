@@ -8,6 +8,8 @@ import type { Config } from '../../shared/config.js';
 import type { Services } from '../../shared/services.js';
 import { createDeliverer, type ConnectionFailureInfo, type DeliveryEngine } from './deliverer.js';
 import type { KeySource } from './dkim/keys.js';
+import { StsResolver } from '../tls/sts.js';
+import type { TlsRptRecorder } from '../tls/tlsrpt.js';
 
 export { createDeliverer, type DeliveryEngine, type DelivererOptions, type ConnectionFailureInfo } from './deliverer.js';
 export type { KeySource, SigningKeyRecord } from './dkim/keys.js';
@@ -34,6 +36,8 @@ export function createDeliveryEngine(
     onConnectionFailure?: (info: ConnectionFailureInfo) => void | Promise<void>;
     /** A sending domain's registered return-path host. */
     returnPathHost?: (domain: string) => string | undefined;
+    /** TLS-RPT results (the MTA composition owns it: the report job reads what it writes). */
+    tlsrpt?: TlsRptRecorder;
   },
 ): DeliveryEngine {
   const c = s.config;
@@ -58,5 +62,9 @@ export function createDeliveryEngine(
     instanceId: deps.instanceId,
     onConnectionFailure: deps.onConnectionFailure,
     returnPathHost: deps.returnPathHost,
+    // MTA-STS policy hosts resolve through DNS_SERVERS and pass the private-address guard;
+    // WEBHOOK_ALLOW_HOSTS is the one list of exempt hosts.
+    sts: new StsResolver({ db: s.db, clock: s.clock, log: s.log, dnsServers: c.DNS_SERVERS, allowHosts: c.WEBHOOK_ALLOW_HOSTS }),
+    tlsrpt: deps.tlsrpt,
   });
 }

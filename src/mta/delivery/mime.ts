@@ -183,6 +183,11 @@ export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMes
 
   const text = msg.text ?? undefined;
   const html = msg.html ?? undefined;
+  if (msg.entity !== undefined) {
+    // The MTA's own report: the entity carries its Content-Type and is already encoded.
+    const wire = head + msg.entity;
+    return { wire, get raw() { return Buffer.from(wire, 'latin1'); }, from, to, eightBit: false, droppedHeaders: dropped };
+  }
   let body: string;
   let usedEightBit = false;
   const part = (type: string, content: string): { headers: string; body: string } => {

@@ -15,9 +15,11 @@ export interface PoolKey {
   mxHost: string;
   bindIp: string;
   dkimDomain: string;
+  /** MTA-STS enforce: only sessions whose TLS was required and validated share this key. */
+  tlsRequired?: boolean;
 }
 
-export const poolKeyString = (k: PoolKey): string => `${k.mxHost}:${k.bindIp}:${k.dkimDomain}`;
+export const poolKeyString = (k: PoolKey): string => `${k.mxHost}:${k.bindIp}:${k.dkimDomain}${k.tlsRequired ? ':sts' : ''}`;
 
 /** The pool could not provide a connection in time (per-key or fleet-wide cap). */
 export class PoolBusyError extends Error {

@@ -12,7 +12,7 @@
  * outbound client needs: no AUTH, one recipient per transaction.
  */
 import { connect as netConnect, isIP, type Socket } from 'node:net';
-import { connect as tlsConnect, type TLSSocket } from 'node:tls';
+import { checkServerIdentity, connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { DELIVERY } from './settings.js';
 
 export interface SessionTarget {
@@ -25,8 +25,40 @@ export interface SessionTarget {
 }
 
 export interface TlsPolicy {
-  /** Extra CAs to judge (not require) certificates against: recorded as `tlsAuthorized`. */
+  /** CAs to judge certificates against instead of the system's (tests): recorded as `tlsAuthorized`. */
   ca?: string | Buffer | (string | Buffer)[];
+  /**
+   * MTA-STS `enforce` (RFC 8461 §5): STARTTLS must be offered and the certificate must chain
+   * to a trusted CA and name the MX host; otherwise the session fails (code ETLS, with
+   * `tlsResult`) and there is no plain-text retry.
+   */
+  require?: boolean;
+}
+
+/** RFC 8460 §4.3.2.1 result types a session can produce. */
+export type TlsResultType = 'starttls-not-supported' | 'certificate-host-mismatch' | 'certificate-expired' | 'certificate-not-trusted' | 'validation-failure';
+
+const UNTRUSTED = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+]);
+
+/** What a certificate check found, as a TLS-RPT result type (null: valid for `host`). */
+export function certificateResult(secure: TLSSocket, host: string): { type: TlsResultType; detail: string } | null {
+  if (!secure.authorized) {
+    const err = secure.authorizationError as (Error & { code?: string }) | string | null;
+    const code = typeof err === 'string' ? err : (err?.code ?? String(err?.message ?? 'unknown'));
+    if (code === 'CERT_HAS_EXPIRED') return { type: 'certificate-expired', detail: code };
+    // With a servername, Node checks the name itself and reports a mismatch here.
+    if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') return { type: 'certificate-host-mismatch', detail: code };
+    if (UNTRUSTED.has(code)) return { type: 'certificate-not-trusted', detail: code };
+    return { type: 'validation-failure', detail: code };
+  }
+  const mismatch = checkServerIdentity(host, secure.getPeerCertificate());
+  return mismatch ? { type: 'certificate-host-mismatch', detail: mismatch.message } : null;
 }
 
 /** An error from the SMTP layer with what the classifier needs. */
@@ -43,6 +75,8 @@ export interface SmtpFailure {
 
 export class SmtpError extends Error implements SmtpFailure {
   tlsHandshake = false;
+  /** Required TLS could not be had: why, as a TLS-RPT result type. */
+  tlsResult?: { type: TlsResultType; detail: string };
   constructor(
     readonly code: string,
     message: string,
@@ -67,6 +101,12 @@ export function toFailure(err: unknown): SmtpFailure {
     command: e?.command,
     message: e?.message ?? String(err),
   };
+}
+
+function required(type: TlsResultType, detail: string): SmtpError {
+  const e = new SmtpError('ETLS', `MTA-STS requires TLS: ${type} (${detail})`, 'STARTTLS');
+  e.tlsResult = { type, detail };
+  return e;
 }
 
 const MAX_REPLY = 64 * 1024;
@@ -132,6 +172,8 @@ export class SmtpSession {
   tls = false;
   /** Whether the certificate chain verified against the system or configured CAs. */
   tlsAuthorized = false;
+  /** The certificate's problem for this MX host (chain or name), null when valid or no TLS. */
+  tlsProblem: { type: TlsResultType; detail: string } | null = null;
   /** EHLO keywords, upper case (`PIPELINING`, `8BITMIME`, `SIZE`, ...). */
   extensions: string[] = [];
   private maxSize = 0;
@@ -166,7 +208,7 @@ export class SmtpSession {
     try {
       return await SmtpSession.connect(target, tls, false, now);
     } catch (err) {
-      if (!(err instanceof SmtpError && err.tlsHandshake)) throw err;
+      if (!(err instanceof SmtpError && err.tlsHandshake) || tls.require) throw err;
       const s = await SmtpSession.connect(target, tls, true, now);
       s.tlsFallback = true;
       return s;
@@ -205,12 +247,17 @@ export class SmtpSession {
     const greeting = await this.reply(DELIVERY.greetingTimeoutMs, 'CONN');
     if (!greeting.startsWith('220')) throw new SmtpError('EPROTOCOL', 'unexpected greeting', 'CONN', greeting);
     await this.ehlo();
+    if (tls.require && !this.extensions.includes('STARTTLS')) throw required('starttls-not-supported', 'the server does not offer STARTTLS');
     if (!plain && this.extensions.includes('STARTTLS')) {
       this.write('STARTTLS\r\n');
       const r = await this.reply(DELIVERY.greetingTimeoutMs, 'STARTTLS');
-      // Refused with a reply: carry on in plain text on this connection.
-      if (!r.startsWith('220')) return;
+      if (!r.startsWith('220')) {
+        if (tls.require) throw required('starttls-not-supported', `STARTTLS refused: ${r}`);
+        // Refused with a reply: carry on in plain text on this connection.
+        return;
+      }
       await this.upgrade(tls);
+      if (tls.require && this.tlsProblem) throw required(this.tlsProblem.type, this.tlsProblem.detail);
       await this.ehlo();
     }
   }
@@ -245,10 +292,12 @@ export class SmtpSession {
         clearTimeout(timer);
         const e = new SmtpError('ETLS', message, 'STARTTLS');
         e.tlsHandshake = true;
+        if (tls.require) e.tlsResult = { type: 'validation-failure', detail: message };
         reject(e);
       };
       // Opportunistic TLS authenticates nothing (RFC 7435): any certificate is accepted and
-      // whether it verified is recorded. SNI names the MX host.
+      // whether it verified is recorded; required TLS judges the same record in handshake().
+      // SNI names the MX host.
       const secure = tlsConnect({
         socket: plainSocket,
         servername: isIP(this.target.mxHost) ? undefined : this.target.mxHost,
@@ -265,6 +314,7 @@ export class SmtpSession {
         secure.removeAllListeners('error');
         this.tls = true;
         this.tlsAuthorized = secure.authorized;
+        this.tlsProblem = certificateResult(secure, this.target.mxHost);
         this.socket = secure;
         this.attach(secure);
         resolve();

@@ -19,6 +19,12 @@ export interface OutboundMessage {
   dkimDomain: string;
   /** Optional provenance for bounce and complaint attribution. */
   campaignId?: string | null;
+  /**
+   * A pre-built MIME entity (its Content-* headers, a blank line, its body; ASCII, CRLF) that
+   * replaces the html/text body: the MTA's own reports (TLS-RPT `multipart/report`). Never
+   * settable through POST /send.
+   */
+  entity?: string;
 }
 
 /** Where the pipeline decided to send from. */

@@ -178,20 +178,28 @@ export class PgDkimKeyStore implements DkimKeyStore {
   /**
    * Starts a rotation of the domain's RSA key: a new RSA-2048 pair under a fresh selector is
    * stored as the pending key (the active keys keep signing). Replaces an earlier pending key.
-   * Null: the domain has no RSA key.
+   * A domain without an RSA key gets the new key as its active key at once (`activated`).
    */
-  async initiateRotation(domain: string): Promise<DkimKeyInfo | null> {
+  async initiateRotation(domain: string): Promise<DkimKeyInfo & { activated?: boolean }> {
     const { privateKey } = await generate('rsa', { modulusLength: 2048 });
     const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
     const now = this.clock.now();
     const day = new Date(now).toISOString().slice(0, 10).replace(/-/g, '');
     return tx(this.db, async (c) => {
       const rows = (await c.query<Row>('SELECT * FROM mta_dkim_keys WHERE domain = $1 FOR UPDATE', [domain])).rows;
-      if (!rows.some((r) => r.algorithm === 'rsa')) return null;
       const used = new Set(rows.flatMap((r) => [r.selector, r.pending_selector]));
       let selector: string;
       do selector = `lm${day}${randomString(4, SELECTOR_CHARS)}`;
       while (used.has(selector));
+      if (!rows.some((r) => r.algorithm === 'rsa')) {
+        // No RSA key to overlap with: the new key signs at once.
+        const res = await c.query<Row>(
+          `INSERT INTO mta_dkim_keys (domain, selector, private_key_pem, algorithm, created_at, updated_at)
+           VALUES ($1, $2, $3, 'rsa', $4, $4) RETURNING *`,
+          [domain, selector, pem, new Date(now)],
+        );
+        return { ...info(res.rows[0]!), activated: true };
+      }
       // One pending key per domain: a pending key left on another row (written before 023) goes.
       await c.query(
         `UPDATE mta_dkim_keys SET pending_selector = NULL, pending_private_key_pem = NULL, pending_algorithm = NULL, pending_created_at = NULL
@@ -229,7 +237,7 @@ export class PgDkimKeyStore implements DkimKeyStore {
       await c.query(
         `INSERT INTO mta_dkim_keys (domain, selector, private_key_pem, algorithm, created_at, updated_at)
          VALUES ($1, $2, $3, $4, $5, $5)
-         ON CONFLICT (domain, algorithm) DO UPDATE SET selector = $2, private_key_pem = $3, updated_at = $5`,
+         ON CONFLICT (domain, algorithm) DO UPDATE SET selector = $2, private_key_pem = $3, created_at = $5, updated_at = $5`,
         [domain, from.pending_selector, from.pending_private_key_pem, from.pending_algorithm, now],
       );
       return true;
