@@ -9,6 +9,8 @@ Commands:
   serve [--role backend|mta|all]   start the given role (default: all, in one process)
   migrate                          apply database migrations and exit
   config                           list every configuration variable
+  bounce parse FILE...             parse stored bounces and complaints ("-" reads stdin);
+                                   one JSON line per file and recipient
   help                             show this help
 `;
 
@@ -60,6 +62,14 @@ async function main(argv: string[]): Promise<void> {
         process.stdout.write(`${v.name.padEnd(30)} ${v.doc}; ${v.expects}${def}\n`);
       }
       return;
+    case 'bounce': {
+      const [sub, ...files] = rest;
+      if (sub !== 'parse' || !files.length) fail(`usage: lettermill bounce parse FILE... ("-" reads standard input)`, 2);
+      // Loaded here: `serve` needs none of it.
+      const { bounceParse } = await import('./runtime/bounce-cli.js');
+      process.exitCode = await bounceParse(files);
+      return;
+    }
     case 'help':
     case '--help':
     case '-h':

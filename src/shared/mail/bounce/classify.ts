@@ -35,6 +35,7 @@ interface RulesFile {
   status: Record<string, string>;
   reasons: Record<string, ReasonSpec>;
   rhost?: Record<string, { hosts: string[]; reasons: Record<string, string[]> }>;
+  tokens?: Record<string, string[]>;
 }
 
 interface Rhost {
@@ -58,6 +59,7 @@ export interface Rules {
   status: ReadonlyMap<string, BounceReason>;
   byName: ReadonlyMap<string, Compiled>;
   rhosts: Rhost[];
+  tokens: { reason: BounceReason; re: RegExp }[];
 }
 
 const KNOWN: ReadonlySet<string> = new Set(BOUNCE_REASONS);
@@ -102,6 +104,10 @@ export function compileRules(doc: RulesFile): Rules {
     retry: new Set(doc.order.retry),
     status,
     byName,
+    tokens: Object.entries(doc.tokens ?? {}).map(([reason, texts]) => ({
+      reason: reasonName(reason, 'tokens'),
+      re: new RegExp(texts.map((t) => escape(t.toLowerCase())).join('|'), 'i'),
+    })),
     rhosts: Object.entries(doc.rhost ?? {}).map(([name, h]) => ({
       hosts: h.hosts.map((x) => x.toLowerCase()),
       reasons: Object.entries(h.reasons).map(([reason, texts]) => ({
@@ -207,6 +213,7 @@ export function classify(input: ClassifyInput, r: Rules = rules()): Classificati
 
 function decide(r: Rules, status: string, reply: number, text: string, command: string, input: ClassifyInput): BounceReason {
   if (status.startsWith('2.')) return 'delivered';
+  if (text) for (const t of r.tokens) if (t.re.test(text)) return t.reason;
   const host = (input.remoteHost ?? '').toLowerCase().replace(/\.$/, '');
   if (host && text) {
     for (const rh of r.rhosts) {
