@@ -96,13 +96,10 @@ function attachmentText(m: ParsedMail, types: string[]): string | null {
 }
 
 /**
- * The header block of the returned original: a text/rfc822-headers part, else the headers
- * after a message/rfc822 part's header (mailparser inlines that part and keeps only a few of
- * its fields), else after the markers of plain-text bounces.
+ * Where the returned original's header block lies in the raw report: after a message/rfc822
+ * (or text/rfc822-headers) part's own header, else after the markers of plain-text bounces.
  */
-function returnedHeaders(m: ParsedMail, raw: string): Fields {
-  const part = attachmentText(m, ['text/rfc822-headers', 'message/global-headers']);
-  if (part) return fieldGroups(part)[0] ?? new Map();
+function returnedBlock(raw: string): { start: number; end: number } | null {
   const re = /^content-type:[ \t]*(?:message\/(?:rfc822|global)|text\/rfc822-headers)\b[^\n]*(?:\n[ \t][^\n]*)*\n(?:[^\n]+\n)*?\n/im;
   const hit = re.exec(raw);
   let start = hit ? hit.index + hit[0].length : -1;
@@ -110,9 +107,17 @@ function returnedHeaders(m: ParsedMail, raw: string): Fields {
     const marker = /^.*(?:-+ ?original message ?-+|original message (?:header|follows)|copy of the message|below this line is a copy|undelivered message headers|message headers follow|returned message|original message headers|text of the returned message|headers of the original message).*\n(?:\s*\n)*/im.exec(raw);
     if (marker) start = marker.index + marker[0].length;
   }
-  if (start < 0) return new Map();
+  if (start < 0) return null;
   const end = raw.indexOf('\n\n', start);
-  return fieldGroups(raw.slice(start, end < 0 ? raw.length : end).replace(/^[ \t]+(?=[A-Za-z-]+:)/gm, ''))[0] ?? new Map();
+  return { start, end: end < 0 ? raw.length : end };
+}
+
+/** The returned original's headers: a text/rfc822-headers part as mailparser decoded it, else the raw block. */
+function returnedHeaders(m: ParsedMail, raw: string, block: { start: number; end: number } | null): Fields {
+  const part = attachmentText(m, ['text/rfc822-headers', 'message/global-headers']);
+  if (part) return fieldGroups(part)[0] ?? new Map();
+  if (!block) return new Map();
+  return fieldGroups(raw.slice(block.start, block.end).replace(/^[ \t]+(?=[A-Za-z-]+:)/gm, ''))[0] ?? new Map();
 }
 
 function emptyReport(kind: ReportKind): ParsedReport {
@@ -298,9 +303,14 @@ export async function parseReport(input: Buffer | string): Promise<ParsedReport>
 
 async function parseUnsafe(input: Buffer | string): Promise<ParsedReport> {
   const raw = toLf(input);
-  const m = await simpleParser(Buffer.from(raw, 'latin1'), { keepDeliveryStatus: true, skipHtmlToText: true, skipTextToHtml: true, skipImageLinks: true });
+  // The returned original's body is the bulk of most reports and nothing in it is needed:
+  // MIME-parse only up to the end of its headers (mailparser's cost grows with the body, 165
+  // msg/s for 12 KB of text under load vs 760 for a tiny message).
+  const block = returnedBlock(raw);
+  const head = block && block.end < raw.length ? `${raw.slice(0, block.end)}\n\n` : raw;
+  const m = await simpleParser(Buffer.from(head, 'latin1'), { keepDeliveryStatus: true, skipHtmlToText: true, skipTextToHtml: true, skipImageLinks: true, skipTextLinks: true });
   const body = bodyText(m);
-  const orig = returnedHeaders(m, raw);
+  const orig = returnedHeaders(m, raw, block);
   const feedback = attachmentText(m, ['message/feedback-report']);
   if (feedback) {
     const out = emptyReport('arf');
