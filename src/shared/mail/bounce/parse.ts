@@ -81,10 +81,12 @@ function clip(s: string | null): string | null {
 const STATUS = /^[245]\.\d{1,3}\.\d{1,3}$/;
 
 /** Sisimai's preference: a Status field of x.0.0 yields to a specific code of the same class in the text. */
-function preferStatus(field: string | null, inText: string | null): string | null {
+function preferStatus(field: string | null, inText: string | null, reply: number | null): string | null {
   const f = field && STATUS.test(field) ? field : null;
   if (!f) return inText;
-  if (!inText || inText === f || inText[0] !== f[0]) return f;
+  if (!inText || inText === f) return f;
+  // Classes disagree: the reply code's class decides (Exim reports a 452 as Status 5.0.0).
+  if (inText[0] !== f[0]) return reply && String(reply)[0] === inText[0] ? inText : f;
   if (f.endsWith('.0.0') && !inText.endsWith('.0.0')) return inText;
   if (f === '4.4.7' || f.startsWith('5.3.')) return inText;
   return f;
@@ -158,14 +160,16 @@ function dsn(report: string, body: string): ReportRecipient[] {
   if (groups[0] && !groups[0].has('final-recipient') && !groups[0].has('original-recipient')) groups.shift();
   const recips = groups.filter((g) => g.has('final-recipient') || g.has('original-recipient') || g.has('status') || g.has('action'));
   const bodyCommand = commandIn(body);
+  const prose = sectionsOf(body.split('\n'), new Set());
   return recips.map((g) => {
     const diagnosticField = g.get('diagnostic-code') ?? null;
-    const diagnostic = clip(strip(diagnosticField));
-    const action = g.get('action')?.trim().toLowerCase().split(/\s/)[0] || null;
-    const status = preferStatus(g.get('status')?.trim().split(/\s/)[0] ?? null, diagnostic ? statusInText(diagnostic) : null);
-    const replyCode = diagnostic ? replyInText(diagnostic) : null;
-    const remoteMta = strip(g.get('remote-mta')) ?? null;
     const recipient = address(g.get('final-recipient')) ?? address(g.get('original-recipient'));
+    // No Diagnostic-Code (Exim's timeouts): the human-readable part's words for this recipient.
+    const diagnostic = clip(strip(diagnosticField)) ?? clip(recipient ? sectionText(prose.get(recipient) ?? []) : null);
+    const action = g.get('action')?.trim().toLowerCase().split(/\s/)[0] || null;
+    const replyCode = diagnostic ? replyInText(diagnostic) : null;
+    const status = preferStatus(g.get('status')?.trim().split(/\s/)[0] ?? null, diagnostic ? statusInText(diagnostic) : null, replyCode);
+    const remoteMta = strip(g.get('remote-mta')) ?? null;
     const verdict = classify({
       status,
       replyCode,
@@ -226,21 +230,7 @@ function plain(m: ParsedMail, body: string, exclude: ReadonlySet<string>): Repor
   const cut = END_OF_BOUNCE.exec(body);
   const text = cut ? body.slice(0, cut.index) : body;
   const lines = text.split('\n');
-  const sections = new Map<string, string[]>();
-  let cur: string[] | null = null;
-  const standalone = /^\s*(?:[-*•]\s*)?(?:to:\s*|recipient:\s*|original-recipient:\s*(?:rfc822;)?\s*|final-recipient:\s*(?:rfc822;)?\s*)?<?("?[^\s<>"]+"?@[^\s<>]+?)>?\s*(?::|\.\.\.|,)?\s*(?:\(.*\))?$/i;
-  const leading = /^\s*<([^\s<>]+@[^\s<>]+)>:?\s+(.*)$/;
-  for (const line of lines) {
-    const s = standalone.exec(line) ?? leading.exec(line);
-    const a = s ? address(s[1]) : null;
-    if (a && !exclude.has(a)) {
-      cur = sections.get(a) ?? [];
-      sections.set(a, cur);
-      if (s && s[2]) cur.push(s[2]);
-      continue;
-    }
-    cur?.push(line);
-  }
+  const sections = sectionsOf(lines, exclude);
   const failed = m.headers.get('x-failed-recipients');
   if (!sections.size && failed) for (const a of String(failed).split(',')) if (address(a)) sections.set(address(a)!, []);
   if (!sections.size) {
@@ -260,6 +250,27 @@ function plain(m: ParsedMail, body: string, exclude: ReadonlySet<string>): Repor
   }
   if (!out.length && globalDiag) out.push(verdictFor(null, clip(globalDiag), command));
   return out;
+}
+
+const STANDALONE = /^\s*(?:[-*•]\s*)?(?:to:\s*|recipient:\s*|original-recipient:\s*(?:rfc822;)?\s*|final-recipient:\s*(?:rfc822;)?\s*)?<?("?[^\s<>"]+"?@[^\s<>]+?)>?\s*(?::|\.\.\.|,)?\s*(?:\(.*\))?$/i;
+const LEADING = /^\s*<([^\s<>]+@[^\s<>]+)>:?\s+(.*)$/;
+
+/** Recipient → the lines after it, for every address standing alone on a line (or leading one). */
+function sectionsOf(lines: string[], exclude: ReadonlySet<string>): Map<string, string[]> {
+  const sections = new Map<string, string[]>();
+  let cur: string[] | null = null;
+  for (const line of lines) {
+    const s = STANDALONE.exec(line) ?? LEADING.exec(line);
+    const a = s ? address(s[1]) : null;
+    if (a && !exclude.has(a)) {
+      cur = sections.get(a) ?? [];
+      sections.set(a, cur);
+      if (s && s[2]) cur.push(s[2]);
+      continue;
+    }
+    cur?.push(line);
+  }
+  return sections;
 }
 
 /** The lines of a section that carry the reason: up to the second paragraph break. */
