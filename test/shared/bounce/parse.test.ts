@@ -106,3 +106,13 @@ describe('parseReport: feedback reports (RFC 5965)', () => {
     });
   }
 });
+
+describe('addressInText (the address module reads addresses out of report prose)', async () => {
+  const { addressInText } = await import('../../../src/shared/mail/address.js');
+  it('normalizes ours, keeps SMTPUTF8 local parts as written, ignores non-addresses', () => {
+    expect(addressInText('Remote host said: <Nobody@Example.COM>: user unknown')).toBe('nobody@example.com');
+    expect(addressInText('Empfänger müller@firma.example.')).toBe('müller@firma.example');
+    expect(addressInText('host mx.example.com [192.0.2.1] said: 550 no')).toBeNull();
+    expect(addressInText('user@localhost')).toBeNull();
+  });
+});

@@ -6,7 +6,7 @@
  * cannot read is kind `unknown`, reason `undefined`.
  */
 import { simpleParser, type ParsedMail } from 'mailparser';
-import { parseMailbox } from '../address.js';
+import { addressInText, parseMailbox } from '../address.js';
 import { classify, replyInText, statusInText } from './classify.js';
 import type { ParsedReport, ReportKind, ReportRecipient } from './types.js';
 
@@ -55,12 +55,10 @@ function toLf(raw: Buffer | string): string {
 function address(v: string | null | undefined): string | null {
   if (!v) return null;
   const s = v.replace(/^\s*(rfc822|utf-8|x-[a-z0-9-]+)\s*;/i, '').trim();
-  const angle = /<([^<>\s]+@[^<>\s]+)>/.exec(s);
+  const angle = /<([^<>\s]+)>/.exec(s);
   const raw = (angle?.[1] ?? s).replace(/^<|>$/g, '').trim();
   const m = parseMailbox(raw);
-  if (m) return m.address.toLowerCase();
-  const bare = /[^\s<>"'(),;:]+@[a-z0-9.-]+\.[a-z]{2,}/i.exec(raw);
-  return bare ? bare[0].toLowerCase() : null;
+  return m ? m.address.toLowerCase() : addressInText(raw);
 }
 
 function strip(v: string | null | undefined): string | null {
@@ -234,8 +232,8 @@ function plain(m: ParsedMail, body: string, exclude: ReadonlySet<string>): Repor
   const failed = m.headers.get('x-failed-recipients');
   if (!sections.size && failed) for (const a of String(failed).split(',')) if (address(a)) sections.set(address(a)!, []);
   if (!sections.size) {
-    const after = /(?:could not be delivered to|delivery to|message to|recipient|addressed to|failed to deliver to|following address(?:es)?)[^@\n]{0,60}?<?([^\s<>"']+@[^\s<>"']+)>?/i.exec(text);
-    const a = after ? address(after[1]) : null;
+    const after = /(?:could not be delivered to|delivery to|message to|recipient|addressed to|failed to deliver to|following address(?:es)?)[^\n]{0,80}/i.exec(text);
+    const a = after ? addressInText(after[0]) : null;
     if (a && !exclude.has(a)) sections.set(a, []);
   }
   const codeIdx = lines.findIndex((l) => CODE_LINE.test(l));
@@ -252,16 +250,18 @@ function plain(m: ParsedMail, body: string, exclude: ReadonlySet<string>): Repor
   return out;
 }
 
-const STANDALONE = /^\s*(?:[-*•]\s*)?(?:to:\s*|recipient:\s*|original-recipient:\s*(?:rfc822;)?\s*|final-recipient:\s*(?:rfc822;)?\s*)?<?("?[^\s<>"]+"?@[^\s<>]+?)>?\s*(?::|\.\.\.|,)?\s*(?:\(.*\))?$/i;
-const LEADING = /^\s*<([^\s<>]+@[^\s<>]+)>:?\s+(.*)$/;
+// An address alone on its line (the token is checked by the address module): "  a@b.example",
+// "<a@b.example>:", "a@b.example...", "To: a@b.example"; or "<a@b.example>: reason".
+const STANDALONE = /^\s*(?:[-*•]\s*)?(?:to:\s*|recipient:\s*|original-recipient:\s*(?:rfc822;)?\s*|final-recipient:\s*(?:rfc822;)?\s*)?<?("?[^\s<>"]+?"?)>?\s*(?::|\.\.\.|,)?\s*(?:\(.*\))?$/i;
+const LEADING = /^\s*<([^\s<>]+)>:?\s+(.*)$/;
 
 /** Recipient → the lines after it, for every address standing alone on a line (or leading one). */
 function sectionsOf(lines: string[], exclude: ReadonlySet<string>): Map<string, string[]> {
   const sections = new Map<string, string[]>();
   let cur: string[] | null = null;
   for (const line of lines) {
-    const s = STANDALONE.exec(line) ?? LEADING.exec(line);
-    const a = s ? address(s[1]) : null;
+    const s = line.includes('@') ? (STANDALONE.exec(line) ?? LEADING.exec(line)) : null;
+    const a = s?.[1]?.includes('@') ? address(s[1]) : null;
     if (a && !exclude.has(a)) {
       cur = sections.get(a) ?? [];
       sections.set(a, cur);
