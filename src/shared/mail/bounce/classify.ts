@@ -147,7 +147,9 @@ export interface ClassifyInput {
 
 const STATUS_IN_TEXT = /(?<![\d.vV])([245])\.(\d{1,3})\.(\d{1,3})(?![\d.]*\d)/;
 const REPLY_IN_TEXT = /(?<![\d.])([245]\d\d)(?=[ -]|$)/m;
-const COMMAND_IN_TEXT = /in reply to (?:the )?(RCPT|MAIL|DATA|EHLO|HELO|end of data)|after (RCPT|MAIL|DATA|EHLO|HELO|end of data)|>>> (RCPT|MAIL|DATA|EHLO|HELO)|\b(RCPT|MAIL) TO\b|\bMAIL FROM\b/i;
+// "(in reply to RCPT TO command)" Postfix, "after RCPT TO:" Exim, ">>> RCPT To:" Sendmail,
+// "[RCPT_TO]" Yahoo.
+const COMMAND_IN_TEXT = /in reply to (?:the )?(RCPT|MAIL|DATA|EHLO|HELO|end of data)|after (RCPT|MAIL|DATA|EHLO|HELO|end of data)|>>> (RCPT|MAIL|DATA|EHLO|HELO)|\[(RCPT|MAIL|DATA|END_OF_DATA)_?(?:TO|FROM)?\]|\b(RCPT|MAIL) TO\b|\bMAIL FROM\b/i;
 
 /** The first enhanced status code in a text, e.g. "5.1.1" of "550 5.1.1 unknown"; null when none. */
 export function statusInText(text: string): string | null {
@@ -161,12 +163,12 @@ export function replyInText(text: string): number | null {
   return m ? Number(m[1]) : null;
 }
 
-function commandOf(text: string): string {
+/** The SMTP command a diagnostic says it answered (RCPT, MAIL, DATA, EHLO, HELO); '' when it does not say. */
+export function commandInText(text: string): string {
   const m = COMMAND_IN_TEXT.exec(text);
   if (!m) return '';
-  const c = (m[1] ?? m[2] ?? m[3] ?? m[4] ?? 'MAIL').toUpperCase();
-  if (c === 'END OF DATA') return 'DATA';
-  return c === 'MAIL FROM' ? 'MAIL' : c;
+  const c = (m[1] ?? m[2] ?? m[3] ?? m[4] ?? m[5] ?? 'MAIL').toUpperCase();
+  return c === 'END OF DATA' || c === 'END_OF_DATA' ? 'DATA' : c;
 }
 
 function textHolds(c: Compiled | undefined, text: string): boolean {
@@ -205,7 +207,7 @@ export function classify(input: ClassifyInput, r: Rules = rules()): Classificati
   const text = (input.text ?? '').replace(/\s+/g, ' ').trim().toLowerCase();
   const status = input.status || statusInText(text) || '';
   const reply = input.replyCode ?? replyInText(text) ?? 0;
-  const command = (input.command ? input.command.split(' ')[0] : commandOf(text)).toUpperCase();
+  const command = (input.command ? input.command.split(' ')[0] : commandInText(text)).toUpperCase();
   const reason = decide(r, status, reply, text, command, input);
   const hard = r.hard.has(reason) && !(r.softWhenTemporary.has(reason) && isTemporary(status, reply, text));
   return { reason, hardBounce: hard };

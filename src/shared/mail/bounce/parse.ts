@@ -7,7 +7,7 @@
  */
 import { simpleParser, type ParsedMail } from 'mailparser';
 import { addressInText, parseMailbox } from '../address.js';
-import { classify, replyInText, statusInText } from './classify.js';
+import { classify, commandInText, replyInText, statusInText } from './classify.js';
 import type { ParsedReport, ReportKind, ReportRecipient } from './types.js';
 
 const MAX_DIAGNOSTIC = 1000;
@@ -149,7 +149,7 @@ function bodyText(m: ParsedMail): string {
 }
 
 function commandIn(text: string): string | null {
-  return /in reply to (?:the )?(RCPT|MAIL|DATA|end of data)/i.exec(text)?.[1]?.toUpperCase().replace('END OF DATA', 'DATA') ?? null;
+  return commandInText(text) || null;
 }
 
 function dsn(report: string, body: string): ReportRecipient[] {
