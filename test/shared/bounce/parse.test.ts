@@ -116,3 +116,18 @@ describe('addressInText (the address module reads addresses out of report prose)
     expect(addressInText('user@localhost')).toBeNull();
   });
 });
+
+describe('parseReport never throws (property)', async () => {
+  const fc = (await import('fast-check')).default;
+  const { BOUNCE_REASONS } = await import('../../../src/shared/mail/bounce/types.js');
+  const pieces = ['Content-Type: multipart/report; report-type=delivery-status; boundary="b"\n', '--b\n', 'Content-Type: message/delivery-status\n\n', 'Final-Recipient: rfc822; ', 'Status: 5.1.1\n', 'Diagnostic-Code: smtp; 550 ', 'Content-Type: message/feedback-report\n\n', 'Feedback-Type: abuse\n', 'From: MAILER-DAEMON@x.example\n', '\n', '\r', '\0', '<a@b.example>:\n', 'Content-Type: message/rfc822\n\n', '=?utf-8?B?w6k=?=', '\xff\xfe'];
+  it('any mix of report pieces and noise: one shape, only the vocabulary', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.oneof(fc.constantFrom(...pieces), fc.string({ maxLength: 30 })), { maxLength: 25 }), async (parts) => {
+        const r = await parseReport(Buffer.from(parts.join(''), 'latin1'));
+        return r.recipients.length >= 1 && r.recipients.every((x) => (BOUNCE_REASONS as readonly string[]).includes(x.reason));
+      }),
+      { seed: 20261125, numRuns: 300 },
+    );
+  }, 60_000);
+});
