@@ -1,6 +1,7 @@
 import { findInputFault } from '../../../shared/input.js';
 import { parseMailbox } from '../../../shared/mail/address.js';
 import { classify, isHardReason } from '../../../shared/mail/bounce/classify.js';
+import { BOUNCE_REASONS } from '../../../shared/mail/bounce/types.js';
 import { RELAY_SUPPRESSION_REASONS } from '../policy.js';
 import { FeedbackFormatError, type BounceInfo, type SuppressionReason } from '../lifecycle.js';
 
@@ -66,7 +67,8 @@ export function reasonFromText(text: string | null | undefined): string {
  */
 export function classifyBounce(type: string | null, message: string | null, reason?: string): BounceInfo {
   const verdict = classify({ text: message });
-  const r = reason ?? verdict.reason;
+  // A provider's or relay's own word outside the vocabulary gives way to the classifier's.
+  const r = reason && (BOUNCE_REASONS as readonly string[]).includes(reason) ? reason : verdict.reason;
   const t = type?.toLowerCase();
   let hard: boolean;
   if (t === 'permanent' || t === 'hard' || t === 'hard_bounce' || t === 'hardbounce') hard = true;
