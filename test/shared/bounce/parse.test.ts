@@ -21,6 +21,11 @@ describe('parseReport: plain-text and DSN bounces written from the vendors’ do
     ['vendor/mimecast.eml', 'victim@mimecast-dest.example', '5.0.0', 550, 'policyviolation', false],
     ['vendor/postfix-delayed.eml', 'slow@postfix-dest.example', '4.4.1', null, 'expired', false],
     ['vendor/latin1.eml', 'müller@firma.example', '5.1.1', 550, 'userunknown', true],
+    ['vendor/gmx.eml', 'nobody@gmx-dest.example', '5.1.1', 550, 'userunknown', true],
+    ['vendor/zoho.eml', 'full@zoho-dest.example', '5.2.2', 552, 'mailboxfull', false],
+    ['vendor/domino.eml', 'nobody@domino.example', null, null, 'userunknown', true],
+    // No command named: Sisimai's order reads user-unknown words under 5.7.1 as a filter.
+    ['vendor/yandex.eml', 'nouser@yandex.ru', '5.7.1', 550, 'filtered', false],
   ];
   for (const [file, recipient, status, reply, reason, hard] of cases) {
     it(`${file} → ${recipient} ${status} ${reason} ${hard ? 'hard' : 'soft'}`, async () => {
@@ -33,7 +38,7 @@ describe('parseReport: plain-text and DSN bounces written from the vendors’ do
   }
 
   it('reads the returned original headers: CFBL-Feedback-ID, Message-ID, Return-Path', async () => {
-    for (const file of ['vendor/qmail.eml', 'vendor/exim.eml', 'vendor/sendmail.eml', 'vendor/office365.eml', 'vendor/gmail-dsn.eml']) {
+    for (const file of ['vendor/qmail.eml', 'vendor/exim.eml', 'vendor/sendmail.eml', 'vendor/office365.eml', 'vendor/gmail-dsn.eml', 'vendor/gmx.eml', 'vendor/yandex.eml']) {
       const r = await parseReport(read(file));
       expect(r, file).toMatchObject({ cfblFeedbackId: '42:cfbltoken', originalMessageId: 'orig-1@lettermill.test', originalMailFrom: 'bounce+tok123@bounces.lettermill.test' });
     }

@@ -104,7 +104,7 @@ function returnedBlock(raw: string): { start: number; end: number } | null {
   const hit = re.exec(raw);
   let start = hit ? hit.index + hit[0].length : -1;
   if (start < 0) {
-    const marker = /^.*(?:-+ ?original message ?-+|original message (?:header|follows)|copy of the message|below this line is a copy|undelivered message headers|message headers follow|returned message|original message headers|text of the returned message|headers of the original message).*\n(?:\s*\n)*/im.exec(raw);
+    const marker = /^.*(?:-+ ?original message ?-+|original message (?:header|follows)|header of the original message|copy of the original message|copy of the message|below this line is a copy|undelivered message headers|message headers follow|returned message|original message headers|text of the returned message|headers of the original message).*\n(?:\s*\n)*/im.exec(raw);
     if (marker) start = marker.index + marker[0].length;
   }
   if (start < 0) return null;
@@ -216,7 +216,7 @@ function isAutoReply(m: ParsedMail): boolean {
 
 const BOUNCE_SUBJECT = /undeliver|delivery (status notification|failure|failed|has failed|notification)|mail delivery (failed|failure|subsystem|system)|failure notice|returned mail|delivery problem|could not be delivered|nondeliverable|non-delivery|rejected|message not delivered|warning: could not send|delayed mail|bounce|unzustellbar|non remis|no entregado|mail system error/i;
 const CODE_LINE = /(?:^|[\s'"(:])([245]\d\d)[\s-]+(?:#?[245]\.\d{1,3}\.\d{1,3}\b)?|(?:^|[\s(#])[45]\.\d{1,3}\.\d{1,3}\b/;
-const END_OF_BOUNCE = /^(?:-+ ?(?:this is a copy|original message|below this line|the original message|message headers follow|undelivered message headers|returned message|headers of the original)|content-type: (?:message\/rfc822|text\/rfc822-headers)|original message headers:?$|------ ?this is a copy)/im;
+const END_OF_BOUNCE = /^(?:.*(?:below is a copy of the original|header of the original message is following)|-+ ?(?:this is a copy|original message|below this line|the original message|message headers follow|undelivered message headers|returned message|headers of the original)|content-type: (?:message\/rfc822|text\/rfc822-headers)|original message headers:?$|------ ?this is a copy)/im;
 
 /**
  * A plain-text bounce: recipients are addresses standing alone on a line (possibly in angle
@@ -251,9 +251,10 @@ function plain(m: ParsedMail, body: string, exclude: ReadonlySet<string>): Repor
 }
 
 // An address alone on its line (the token is checked by the address module): "  a@b.example",
-// "<a@b.example>:", "a@b.example...", "To: a@b.example"; or "<a@b.example>: reason".
+// "<a@b.example>:", "a@b.example...", "To: a@b.example"; or one leading its reason:
+// "<a@b.example>: reason" (qmail, Yahoo), "a@b.example: reason" (Yandex), "a@b.example, ERROR CODE" (Zoho).
 const STANDALONE = /^\s*(?:[-*•]\s*)?(?:to:\s*|recipient:\s*|original-recipient:\s*(?:rfc822;)?\s*|final-recipient:\s*(?:rfc822;)?\s*)?<?("?[^\s<>"]+?"?)>?\s*(?::|\.\.\.|,)?\s*(?:\(.*\))?$/i;
-const LEADING = /^\s*<([^\s<>]+)>:?\s+(.*)$/;
+const LEADING = /^\s*<?([^\s<>]+?)>?[:,]\s+(.*)$/;
 
 /** Recipient → the lines after it, for every address standing alone on a line (or leading one). */
 function sectionsOf(lines: string[], exclude: ReadonlySet<string>): Map<string, string[]> {
