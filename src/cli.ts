@@ -15,6 +15,8 @@ Commands:
   config                           list every configuration variable
   doctor [--json]                  the sending-address audit from the MTA (MTA_URL, MTA_API_KEY);
                                    exits 1 when an address is unusable
+  bounce parse FILE...             parse stored bounces and complaints ("-" reads stdin);
+                                   one JSON line per file and recipient
   help                             show this help
 `;
 
@@ -78,6 +80,14 @@ async function main(argv: string[]): Promise<void> {
         write: (s) => process.stdout.write(s),
       });
       process.exitCode = code;
+      return;
+    }
+    case 'bounce': {
+      const [sub, ...files] = rest;
+      if (sub !== 'parse' || !files.length) fail(`usage: lettermill bounce parse FILE... ("-" reads standard input)`, 2);
+      // Loaded here: `serve` needs none of it.
+      const { bounceParse } = await import('./runtime/bounce-cli.js');
+      process.exitCode = await bounceParse(files);
       return;
     }
     case 'help':

@@ -231,7 +231,7 @@ export const DEFAULT_POLICY: MtaPolicy = {
     degradedDeferMs: 2 * MINUTE,
   },
   domainBackoff: { threshold: 3, baseMs: MINUTE, maxMs: 30 * MINUTE, streakTtlMs: HOUR },
-  blockingReasons: ['blocked', 'badreputation', 'rejected', 'spamdetected', 'policyviolation', 'securityerror', 'authfailure', 'requireptr', 'toomanyconn', 'ratelimited', 'speeding'],
+  blockingReasons: ['blocked', 'badreputation', 'rejected', 'spamdetected', 'policyviolation', 'securityerror', 'authfailure', 'requireptr', 'toomanyconn', 'speeding'],
   defaultPool: 'transactional',
   noEligibleIpDeferMs: 5 * MINUTE,
   engagementBands: [

@@ -2,7 +2,8 @@
  * Property-based fuzz targets for every parser we own (issue #25): the edge's input walk and
  * /send's body handling, the signed MTA event route's verification and translation, the
  * address grammar, MIME building and dot-stuffing, VERP/CFBL and signed tokens, template
- * rendering. Each target is a fast-check property over real code (no mocks); `runs` is its
+ * rendering, the bounce classifier (parseReport, async, is fuzzed in test/shared/bounce/).
+ * Each target is a fast-check property over real code (no mocks); `runs` is its
  * share of `npm run fuzz` (test/fuzz/run.ts, 1,000,000+ inputs with a fixed seed), and
  * test/fuzz/fuzz.test.ts runs a short slice of each in CI.
  *
@@ -24,6 +25,8 @@ import { EDGE_POLICY } from '../../src/shared/edge-policy.js';
 import { findInputFault, textFault } from '../../src/shared/input.js';
 import { domainOf, formatMailbox, normalizeAddress, parseMailbox } from '../../src/shared/mail/address.js';
 import { isHeaderName, isReservedHeader } from '../../src/shared/mail/headers.js';
+import { classify, isHardReason } from '../../src/shared/mail/bounce/classify.js';
+import { BOUNCE_REASONS } from '../../src/shared/mail/bounce/types.js';
 import { Signer } from '../../src/shared/signing.js';
 
 export interface FuzzTarget {
@@ -309,6 +312,21 @@ export const TARGETS: FuzzTarget[] = [
       const r = verifyToken(mutated, VERP_KEY, purpose);
       return r === null || mutated === token || (r.verified && signToken(r.messageId, VERP_KEY, purpose) === mutated);
     }),
+  },
+  {
+    name: 'bounce classifier (classify)',
+    runs: 100_000,
+    property: fc.property(
+      fc.oneof(text(200), fc.constantFrom('550 5.1.1 user unknown', '452-4.2.2 quota\n452 4.2.2 full', '(in reply to RCPT TO command)', '')),
+      fc.oneof(fc.constant(null), fc.constantFrom('5.1.1', '4.2.2', '2.0.0', '5.0.0', '5.1.10', '4.7.28'), text(8)),
+      fc.oneof(fc.constant(null), fc.integer({ min: -1, max: 1000 })),
+      fc.oneof(fc.constant(null), text(30), fc.constantFrom('gmail-smtp-in.l.google.com', 'x.protection.outlook.com')),
+      (t, status, replyCode, remoteHost) => {
+        const r = classify({ text: t, status, replyCode, remoteHost });
+        // Only the vocabulary; hard only for a hard reason.
+        return (BOUNCE_REASONS as readonly string[]).includes(r.reason) && typeof r.hardBounce === 'boolean' && (!r.hardBounce || isHardReason(r.reason));
+      },
+    ),
   },
   {
     name: 'signed tokens (Signer.verify)',

@@ -108,7 +108,7 @@ describe('delivery results', () => {
 
   it('deferred (4xx): retries by backoff, gives the org-limit slot back, slows the throttle, logs', async () => {
     const org = `org-defer-${++n}`;
-    t.deliverer.answer({ status: 'deferred', code: 451, enhancedCode: '4.7.1', response: '451 try later', connectionFailure: false, reason: 'ratelimited' });
+    t.deliverer.answer({ status: 'deferred', code: 451, enhancedCode: '4.7.1', response: '451 try later', connectionFailure: false, reason: 'speeding' });
     const { outcome, job, body } = await sendAndRun({ organizationId: org, to: 'x@slow.example' });
     expect(outcome).toEqual({ type: 'retry', error: '451 4.7.1: 451 try later' });
     expect(job.state).toBe('pending');
@@ -117,7 +117,7 @@ describe('delivery results', () => {
     expect((await t.mta.context.state.orgUsage.usage(org)).daily).toBe(0);
     const p = t.mta.context.stores.profiles.resolve('slow.example');
     expect((await t.mta.context.state.throttle.state('127.0.0.2', p, 'slow.example')).rate).toBeCloseTo(22.5);
-    expect(await logsFor(body.messageId as string)).toMatchObject([{ status: 'deferred', code: 451, reason: 'ratelimited' }]);
+    expect(await logsFor(body.messageId as string)).toMatchObject([{ status: 'deferred', code: 451, reason: 'speeding' }]);
   });
 
   it('connection failures feed domain backoff, not the throttle', async () => {

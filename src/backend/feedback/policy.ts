@@ -2,6 +2,7 @@
  * Feedback policy as data: how provider vocabularies map into ours, how statuses order,
  * which outcomes suppress an address and which emit customer events. Operators tune here.
  */
+import type { BounceReason } from '../../shared/mail/bounce/types.js';
 import type { WebhookEventName } from '../webhooks/catalog.js';
 import type { LifecycleStatus, SuppressionReason } from './lifecycle.js';
 
@@ -73,19 +74,20 @@ export const RELAY_SUPPRESSION_REASONS: Record<string, SuppressionReason> = {
   role_address: 'policy',
 };
 
-/** SES `bounceSubType` → Sisimai reason. */
-export const SES_BOUNCE_SUBTYPES: Record<string, string> = {
+/**
+ * SES `bounceSubType` → Sisimai reason. Suppressed and OnAccountSuppressionList name no
+ * reason (as Sisimai reads them): the diagnostic text decides, and SES's Permanent type the flag.
+ */
+export const SES_BOUNCE_SUBTYPES: Record<string, BounceReason> = {
   NoEmail: 'userunknown',
-  Suppressed: 'suppressed',
-  OnAccountSuppressionList: 'suppressed',
   MailboxFull: 'mailboxfull',
-  MessageTooLarge: 'emailtoolarge',
+  MessageTooLarge: 'mesgtoobig',
   ContentRejected: 'contenterror',
   AttachmentRejected: 'contenterror',
 };
 
 /** Mandrill `bounce_description` → Sisimai reason. */
-export const MANDRILL_BOUNCE_DESCRIPTIONS: Record<string, string> = {
+export const MANDRILL_BOUNCE_DESCRIPTIONS: Record<string, BounceReason> = {
   bad_mailbox: 'userunknown',
   invalid_domain: 'hostunknown',
   mailbox_full: 'mailboxfull',
@@ -96,21 +98,6 @@ export const MANDRILL_BOUNCE_DESCRIPTIONS: Record<string, string> = {
   message_expired: 'expired',
   no_mx_record: 'hostunknown',
 };
-
-/**
- * A few rules that read a reason out of a provider's free-text bounce message (Resend,
- * relay diagnostics). First match wins. The MTA classifies SMTP replies itself and sends
- * its reason; this only covers what providers hand us as prose.
- */
-export const DIAGNOSTIC_RULES: readonly { reason: string; text: RegExp }[] = [
-  { reason: 'suppressed', text: /suppression list|suppressed/i },
-  { reason: 'mailboxfull', text: /mailbox (is )?full|over ?quota|quota exceeded|\b[45]\.2\.2\b/i },
-  { reason: 'userunknown', text: /user unknown|unknown user|no such (user|mailbox|recipient)|(address|mailbox|account|recipient) (does not|doesn't) exist|\b5\.1\.1\b/i },
-  { reason: 'hostunknown', text: /domain (not found|does not exist)|host (not found|unknown)|no mx|\b5\.1\.2\b/i },
-  { reason: 'spamdetected', text: /spam|junk|unsolicited/i },
-  { reason: 'blocked', text: /block ?list|blacklist|blocked|reputation/i },
-  { reason: 'expired', text: /expired|too long|timed? ?out/i },
-];
 
 /** Statuses recorded in the contact's activity (accepted/attempted are provider plumbing). */
 export const ACTIVITY_STATUSES: ReadonlySet<LifecycleStatus> = new Set([

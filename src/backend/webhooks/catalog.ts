@@ -66,7 +66,7 @@ export interface EmailBouncedData extends EmailRef {
   bounce: {
     /** hard: the address will not accept mail (it is suppressed); soft: a temporary refusal that exhausted retries. */
     type: 'hard' | 'soft';
-    /** Sisimai vocabulary: userunknown, mailboxfull, hostunknown, filtered, rejected, blocked, expired, spamdetected, ratelimited, ... */
+    /** Sisimai vocabulary: userunknown, mailboxfull, hostunknown, filtered, rejected, blocked, expired, spamdetected, speeding, ... (src/shared/mail/bounce/types.ts) */
     reason: string;
     /** Enhanced status code (RFC 3463), e.g. "5.1.1". */
     status: string | null;

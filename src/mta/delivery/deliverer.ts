@@ -308,18 +308,18 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
           }
           const response = await session.send({ from: envelopeFrom, to: to.address, size: b.size, eightBit: b.eightBit }, b.parts, o.clock.now());
           reusable = true;
-          const r = classifyReply(response, host.name, session.tls);
+          const r = classifyReply(response, host.name, session.tls, 'DATA');
           return r.status === 'sent' && session.tlsFallback ? { ...r, tlsFallback: true } : r;
         } catch (err) {
           const f = toFailure(err);
           if (f.responseCode && f.responseCode >= 400) {
             // A reply to MAIL, RCPT or DATA: final for this attempt (no other MX, RFC 5321 §4.2.5).
             reusable = f.responseCode !== 421 && !session.closed;
-            return classifyReply(f.response ?? `${f.responseCode} ${f.message}`, host.name, session.tls);
+            return classifyReply(f.response ?? `${f.responseCode} ${f.message}`, host.name, session.tls, f.command);
           }
           if (f.code === 'EMESSAGE' && /larger than allowed/i.test(f.message)) {
             reusable = true;
-            return { status: 'bounced', hard: false, code: 552, enhancedCode: '5.3.4', reason: 'emailtoolarge', response: `${host.name}: ${f.message}`, mxHost: host.name };
+            return { status: 'bounced', hard: false, code: 552, enhancedCode: '5.3.4', reason: 'mesgtoobig', response: `${host.name}: ${f.message}`, mxHost: host.name };
           }
           if (reused && tries === 0 && HOST_FAILURE_CODES.has(f.code)) continue; // stale pooled connection
           attempts.push({ mxHost: host.name, error: describe(f) });

@@ -55,7 +55,7 @@ export type DeliveryResult =
       response: string;
       mxHost?: string;
       connectionFailure: boolean;
-      /** Sisimai-style reason when one can be read from the reply (e.g. ratelimited, mailboxfull). */
+      /** Sisimai-style reason when one can be read from the reply (e.g. speeding, mailboxfull). */
       reason?: string;
       /**
        * Added (optional): the attempt failed on our side before any remote server answered

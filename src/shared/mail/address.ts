@@ -48,6 +48,25 @@ export function normalizeAddress(input: string): string | null {
   return out.length <= 254 ? out : null;
 }
 
+const IN_TEXT = /[^\s<>"'(),;:[\]]+@[^\s<>"'(),;:[\]]+/g;
+
+/**
+ * The first address-shaped token of free text (bounce prose, report fields), lower-cased:
+ * normalized when it is one of our grammar, else as written when it still has a local part and
+ * a dotted domain (reports name addresses we would not send to, SMTPUTF8 local parts say); null
+ * when there is none.
+ */
+export function addressInText(text: string): string | null {
+  for (const m of text.matchAll(IN_TEXT)) {
+    const token = m[0].replace(/[.>]+$/, '');
+    const n = normalizeAddress(token);
+    if (n) return n.toLowerCase();
+    const at = token.lastIndexOf('@');
+    if (at > 0 && /^[^@]+\.[^@.]{2,}$/.test(token.slice(at + 1)) && !token.slice(0, at).includes('@')) return token.toLowerCase();
+  }
+  return null;
+}
+
 export function isAddress(input: string): boolean {
   return normalizeAddress(input) !== null;
 }

@@ -166,4 +166,9 @@ describe('relay translation', () => {
     expect(b!.bounce).toMatchObject({ type: 'hard', reason: 'userunknown' });
     expect(() => translateRelay(json({ event: 'bounced', recipient: 'r@x.test' }), NOW)).toThrow(/id/);
   });
+
+  it('a reason outside the vocabulary gives way to the one classifier reading the diagnostic', () => {
+    const [a] = lifecycle(translateRelay(json({ id: 'x', event: 'bounced', recipient: 'r@x.test', bounce: { reason: 'ratelimited', diagnostic: '552 5.2.2 mailbox full' } }), NOW));
+    expect(a!.bounce).toMatchObject({ type: 'soft', reason: 'mailboxfull' });
+  });
 });

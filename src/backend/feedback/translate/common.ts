@@ -1,6 +1,8 @@
 import { findInputFault } from '../../../shared/input.js';
 import { parseMailbox } from '../../../shared/mail/address.js';
-import { DIAGNOSTIC_RULES, RELAY_SUPPRESSION_REASONS } from '../policy.js';
+import { classify, isHardReason } from '../../../shared/mail/bounce/classify.js';
+import { BOUNCE_REASONS } from '../../../shared/mail/bounce/types.js';
+import { RELAY_SUPPRESSION_REASONS } from '../policy.js';
 import { FeedbackFormatError, type BounceInfo, type SuppressionReason } from '../lifecycle.js';
 
 export type Json = Record<string, unknown>;
@@ -54,26 +56,24 @@ export function timeMs(v: unknown, fallback: number): number {
   return fallback;
 }
 
-/** Sisimai reason read from a provider's prose; `undefined` (Sisimai's word) when nothing matches. */
+/** Sisimai reason read from a provider's prose by the one classifier; `undefined` when nothing matches. */
 export function reasonFromText(text: string | null | undefined): string {
-  if (text) for (const r of DIAGNOSTIC_RULES) if (r.text.test(text)) return r.reason;
-  return 'undefined';
+  return text ? classify({ text }).reason : 'undefined';
 }
-
-/** Reasons after which the address can never receive mail (as the MTA's classifier). */
-const HARD_REASONS = new Set(['userunknown', 'hostunknown', 'hasmoved', 'notaccept', 'suppressed']);
 
 /**
  * Hard or soft from an explicit provider type when there is one (Permanent/Transient,
  * hard/soft), otherwise from the reason read out of the message.
  */
 export function classifyBounce(type: string | null, message: string | null, reason?: string): BounceInfo {
-  const r = reason ?? reasonFromText(message);
+  const verdict = classify({ text: message });
+  // A provider's or relay's own word outside the vocabulary gives way to the classifier's.
+  const r = reason && (BOUNCE_REASONS as readonly string[]).includes(reason) ? reason : verdict.reason;
   const t = type?.toLowerCase();
   let hard: boolean;
   if (t === 'permanent' || t === 'hard' || t === 'hard_bounce' || t === 'hardbounce') hard = true;
   else if (t === 'transient' || t === 'soft' || t === 'soft_bounce' || t === 'softbounce' || t === 'undetermined') hard = false;
-  else hard = HARD_REASONS.has(r);
+  else hard = r === verdict.reason ? verdict.hardBounce : isHardReason(r);
   const out: BounceInfo = { type: hard ? 'hard' : 'soft', reason: r };
   if (message) out.diagnostic = message.slice(0, 1000);
   return out;

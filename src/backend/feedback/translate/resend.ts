@@ -34,8 +34,7 @@ export function translateResend(body: Buffer, svixId: string, nowMs: number): Tr
     if (type === 'email.complained') return { ...base, eventId, recipient, status: 'complained', complaint: { feedbackType: 'abuse' } };
     const bounce = asObject(data.bounce ?? {}, 'Resend data.bounce');
     const message = optString(bounce.message, 1000);
-    const sub = optString(bounce.subType, 50);
-    const reason = sub === 'Suppressed' || sub === 'OnAccountSuppressionList' ? 'suppressed' : reasonFromText(message);
+    const reason = reasonFromText(message);
     return { ...base, eventId, recipient, status: 'bounced', bounce: classifyBounce(optString(bounce.type, 20), message, reason) };
   });
   return { events };

@@ -1,0 +1,72 @@
+/**
+ * `lettermill bounce parse` as an operator runs it: the built CLI (npm run build) as a child
+ * process, reading the rules file shipped in dist/.
+ */
+import { execFile } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+const ROOT = join(import.meta.dirname, '../../..');
+const CLI = join(ROOT, 'dist/cli.js');
+const FIX = join(ROOT, 'test/fixtures/bounces');
+
+function run(args: string[], stdin?: Buffer): Promise<{ code: number; out: string; err: string }> {
+  return new Promise((resolve) => {
+    const child = execFile(process.execPath, [CLI, 'bounce', 'parse', ...args], { cwd: ROOT, timeout: 30_000 }, (error, out, err) => {
+      resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, out, err });
+    });
+    child.stdin!.end(stdin ?? '');
+  });
+}
+
+const lines = (out: string) => out.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+
+describe('lettermill bounce parse', () => {
+  it('is built (npm run build ships dist/cli.js and the rules file)', () => {
+    expect(existsSync(CLI)).toBe(true);
+    expect(existsSync(join(ROOT, 'dist/shared/mail/bounce/reasons.toml'))).toBe(true);
+  });
+
+  it('prints exactly the pinned fields, one line per file and recipient, null when absent', async () => {
+    const dsn = join(FIX, 'vendor/exim.eml');
+    const arf = join(FIX, 'vendor/arf-cfbl.eml');
+    const r = await run([dsn, arf]);
+    expect(r).toMatchObject({ code: 0, err: '' });
+    expect(lines(r.out)).toEqual([
+      { file: dsn, recipient: 'full@exim.example', status: '5.2.2', replyCode: 552, reason: 'mailboxfull', hardBounce: false, feedbackType: null },
+      { file: arf, recipient: 'reader@mailbox.example', status: null, replyCode: null, reason: 'feedback', hardBounce: false, feedbackType: 'abuse' },
+    ]);
+  });
+
+  it('- reads standard input', async () => {
+    const r = await run(['-'], readFileSync(join(FIX, 'vendor/sendmail.eml')));
+    expect(r.code).toBe(0);
+    expect(lines(r.out)).toEqual([
+      { file: '-', recipient: 'gone@sendmail.example', status: '5.1.1', replyCode: 550, reason: 'userunknown', hardBounce: true, feedbackType: null },
+    ]);
+  });
+
+  it('an unreadable file: a message on stderr, the other files still parsed, a non-zero exit', async () => {
+    const missing = join(FIX, 'no-such-file.eml');
+    const good = join(FIX, 'vendor/qmail.eml');
+    const r = await run([missing, good, FIX]);
+    expect(r.code).not.toBe(0);
+    expect(r.err).toContain(missing);
+    expect(r.err).toContain('ENOENT');
+    expect(r.err).toContain('EISDIR');
+    expect(lines(r.out)).toEqual([expect.objectContaining({ file: good, recipient: 'nobody@qmail.example', reason: 'userunknown', hardBounce: true })]);
+  });
+
+  it('garbage is one line with reason undefined, exit 0', async () => {
+    const r = await run([join(FIX, 'vendor/garbage.eml')]);
+    expect(r.code).toBe(0);
+    expect(lines(r.out)).toEqual([expect.objectContaining({ recipient: null, status: null, reason: 'undefined', hardBounce: false })]);
+  });
+
+  it('without a file: usage and exit 2', async () => {
+    const r = await run([]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain('lettermill bounce parse FILE');
+  });
+});
