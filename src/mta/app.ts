@@ -40,6 +40,7 @@ import { IpStatus } from './state/ip-status.js';
 import { OrgUsage } from './state/org-usage.js';
 import { SmtpIntel } from './state/smtp-intel.js';
 import { Throttle } from './state/throttle.js';
+import { VolumePressureRules } from './state/volume-pressure.js';
 import { Warming } from './state/warming.js';
 import { ChangeFeed } from './stores/change-feed.js';
 import { CredentialStore } from './stores/credentials.js';
@@ -157,6 +158,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     queueStats: async () => ({ ...(await queue.stats()) }),
     dlqSize: async () => (await stores.outbox.stats()).total,
     emergency: () => ipStatus.allBlocked(),
+    warming: () => Promise.all(pools.addresses.map((ip) => warming.view(ip))),
   });
   const relay = new OutboxRelay(stores.outbox, { secret: s.config.MTA_WEBHOOK_SECRET, policy: policy.events }, s.clock, log, metrics);
 
@@ -187,7 +189,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       graduatedAt: new Date(st.graduatedAt!).toISOString(),
       day,
     });
-  });
+  }, (domain) => stores.profiles.resolve(domain).domain);
   const state = {
     breaker,
     orgUsage: new OrgUsage(s.coord, s.clock, policy),
@@ -252,6 +254,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     events: relay,
     metrics,
     profiles: stores.profiles,
+    warming,
+    pressure: new VolumePressureRules(),
   };
 
   // Routes: /send and the health/metrics/openapi endpoints at the root; each management

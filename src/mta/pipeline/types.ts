@@ -108,6 +108,8 @@ export interface PipelineContext {
   candidates?: readonly SendingIp[];
   /** Set by circuit_breaker while the organization is half-open (this send is a test send). */
   breakerProbe?: { epoch: number };
+  /** Set by warming_cap: the recipient's mailbox provider (warming.providerOf). */
+  provider?: string;
   reservations: Reservation[];
 }
 
