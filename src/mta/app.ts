@@ -34,6 +34,8 @@ import { queueRoutes } from './routes/queue.js';
 import { sendRoutes } from './routes/send.js';
 import { suppressionRoutes } from './routes/suppression.js';
 import { HttpSpamScorer } from './scorer.js';
+import { scanRoutes } from './routes/scan.js';
+import { AttachmentScanner, clamdTarget } from './scan/index.js';
 import { OrgBreaker } from './state/breaker.js';
 import { DomainBackoff } from './state/domain-backoff.js';
 import { IpStatus } from './state/ip-status.js';
@@ -216,6 +218,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     },
   };
 
+  const scanner = new AttachmentScanner(policy.scan, { target: clamdTarget(s.config), allowedExtensions: s.config.SCAN_ALLOWED_EXTENSIONS, log });
   const pipeline: PipelineDeps = {
     policy,
     clock: s.clock,
@@ -227,6 +230,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       urlBlocklist: new Set([...policy.urlBlocklist, ...s.config.CONTENT_URL_BLOCKLIST].map((d) => d.toLowerCase())),
     },
     scorer: s.config.SPAMSCORER_URL ? new HttpSpamScorer(s.config.SPAMSCORER_URL, log) : null,
+    attachmentScanner: scanner.configured ? scanner : null,
     suppression: stores.suppression,
     breaker,
     orgLimits: stores.orgLimits,
@@ -271,6 +275,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
   for (const group of groups) {
     await app.register(async (g: FastifyInstance) => group(g.withTypeProvider<TypeBoxTypeProvider>() as HttpApp, context));
   }
+  await app.register(async (g: FastifyInstance) => scanRoutes(g.withTypeProvider<TypeBoxTypeProvider>() as HttpApp, context, scanner));
 
   // Durable records the hot path reads from memory: seed, then load through the change feed.
   await stores.profiles.seed();

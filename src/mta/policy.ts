@@ -142,6 +142,27 @@ export interface MtaPolicy {
   feedback: { horizonMs: number };
   /** mta.md → Warming cap behaviour (adaptive day, provider multiplier, pacing, deferral-aware retry). */
   adaptiveWarming: AdaptiveWarmingPolicy;
+  /** POST /scan/attachment and the screening of submitted attachments (docs/mta.md → Content protection). */
+  scan: ScanPolicy;
+}
+
+export interface ScanPolicy {
+  /** Largest file (and, for the route, largest upload body) accepted; checked before any work. */
+  maxFileBytes: number;
+  /** Extensions allowed when SCAN_ALLOWED_EXTENSIONS is not set. */
+  allowedExtensions: string[];
+  /** Extensions whose files always start with a signature file-type knows (no signature → mismatch). */
+  signedExtensions: string[];
+  /** Names that mean the same format. */
+  equivalentExtensions: string[][];
+  /** Formats whose container file-type may report instead (OOXML and JAR are zip files). */
+  containerExtensions: Record<string, string[]>;
+  /** Declared types that say nothing about the format. */
+  genericTypes: string[];
+  /** A double extension is one of these followed by an executable one. */
+  decoyExtensions: string[];
+  executableExtensions: string[];
+  clamd: { timeoutMs: number; chunkBytes: number };
 }
 
 /** Rates are shares of the day's results (sent + bounced + deferred) at one IP or (IP, provider). */
@@ -291,6 +312,18 @@ export const DEFAULT_POLICY: MtaPolicy = {
     ],
     pacing: { bulkPools: ['campaign'], startFraction: 0.1, minBulkAvailable: 100, transactionalHeadroom: 0.2 },
     pressure: { horizonMs: 6 * HOUR, maxFactor: 8, maxDelayMs: 4 * HOUR, maxEvents: 16 },
+  },
+  // 25 MB: what most mailbox providers accept as a whole message.
+  scan: {
+    maxFileBytes: 25 * 1024 * 1024,
+    allowedExtensions: ['pdf', 'png', 'jpg', 'jpeg', 'gif', 'webp', 'txt', 'csv', 'ics', 'rtf', 'doc', 'docx', 'xls', 'xlsx', 'ppt', 'pptx', 'odt', 'ods', 'odp', 'zip'],
+    signedExtensions: ['pdf', 'png', 'jpg', 'jpeg', 'gif', 'webp', 'bmp', 'tif', 'tiff', 'zip', 'gz', '7z', 'rar', 'docx', 'xlsx', 'pptx', 'odt', 'ods', 'odp', 'doc', 'xls', 'ppt', 'exe', 'dll'],
+    equivalentExtensions: [['jpg', 'jpeg', 'jpe'], ['tif', 'tiff'], ['exe', 'dll', 'scr', 'com', 'sys']],
+    containerExtensions: { zip: ['docx', 'xlsx', 'pptx', 'odt', 'ods', 'odp', 'jar', 'apk', 'epub'], cfb: ['doc', 'xls', 'ppt', 'msg', 'msi'] },
+    genericTypes: ['application/octet-stream', 'binary/octet-stream', 'application/x-download', 'application/download'],
+    decoyExtensions: ['pdf', 'doc', 'docx', 'xls', 'xlsx', 'ppt', 'pptx', 'txt', 'csv', 'rtf', 'jpg', 'jpeg', 'png', 'gif', 'zip', 'mp3', 'mp4', 'htm', 'html'],
+    executableExtensions: ['exe', 'scr', 'com', 'bat', 'cmd', 'pif', 'cpl', 'msi', 'js', 'jse', 'vbs', 'vbe', 'wsf', 'wsh', 'hta', 'jar', 'ps1', 'lnk', 'reg', 'dll'],
+    clamd: { timeoutMs: 30_000, chunkBytes: 64 * 1024 },
   },
 };
 

@@ -13,9 +13,10 @@ import { Warming, type WarmingState } from '../../src/mta/state/warming.js';
 export const DAY = 86_400_000;
 export const HOUR = 3_600_000;
 
-export type Answer = { kind: 'sent' } | { kind: 'bounced' } | { kind: 'deferred'; code: number; response: string };
+export type Deferral = { kind: 'deferred'; code: number; response: string };
+export type Answer = { kind: 'sent' } | { kind: 'bounced' } | Deferral;
 export const SENT: Answer = { kind: 'sent' };
-export const GMAIL_421: Answer = {
+export const GMAIL_421: Deferral = {
   kind: 'deferred',
   code: 421,
   response:

@@ -139,7 +139,7 @@ describe('warming simulation (30 days, manual clock)', () => {
 describe('volume-pressure verdicts (data beside the policy)', () => {
   const rules = new VolumePressureRules();
   it.each([
-    [421, GMAIL_421.kind === 'deferred' ? GMAIL_421.response : '', 'gmail_rate_limited'],
+    [421, GMAIL_421.response, 'gmail_rate_limited'],
     [421, '421 4.7.0 [TSS04] Messages from 127.0.0.3 temporarily deferred due to unexpected volume or user complaints - 4.16.55.1; see https://postmaster.yahooinc.com/error-codes', 'yahoo_tss04'],
     [421, '421 4.7.0 [TS03] All messages from 127.0.0.3 will be permanently deferred; Retrying will NOT succeed. See https://postmaster.yahooinc.com/error-codes', 'yahoo_ts03'],
     [451, '451 4.7.500 Server busy. Please try again later from [127.0.0.3]. (S77714) [BN8NAM11FT066.eop-nam11.prod.protection.outlook.com]', 'microsoft_resource_throttle'],
@@ -184,7 +184,7 @@ describe('warming through the MTA', () => {
   }
 
   it('a 421 rate limit from Gmail doubles the queue backoff per recent event (×8 at most); /ip-reputation shows it', async () => {
-    const reply = { status: 'deferred' as const, code: 421, enhancedCode: '4.7.28', response: GMAIL_421.kind === 'deferred' ? GMAIL_421.response : '', mxHost: 'gmail-smtp-in.l.google.com' };
+    const reply = { status: 'deferred' as const, code: 421, enhancedCode: '4.7.28', response: GMAIL_421.response, mxHost: 'gmail-smtp-in.l.google.com', connectionFailure: false };
     const delays: (number | undefined)[] = [];
     for (let i = 0; i < 4; i++) {
       t.deliverer.answer(reply);
