@@ -80,19 +80,23 @@ export function simulation(opts: { ip?: string; providers: ProviderScript[]; sta
     for (const p of opts.providers) stats[p.provider] = { wanted: p.demand(day), accepted: 0, deferredByUs: 0, multiplier: 1, verdict: null, streak: 0 };
     for (let r = 0; r < rounds; r++) {
       clock.set(start + Math.floor(((r + 0.5) * DAY) / rounds));
-      for (const p of opts.providers) {
-        const s = stats[p.provider]!;
-        const due = Math.floor((s.wanted * (r + 1)) / rounds);
-        while (s.accepted < due) {
+      // Providers take turns, one send each, as a mixed queue would offer them.
+      let active = opts.providers.filter((p) => stats[p.provider]!.accepted < Math.floor((stats[p.provider]!.wanted * (r + 1)) / rounds));
+      while (active.length > 0) {
+        const next: ProviderScript[] = [];
+        for (const p of active) {
+          const s = stats[p.provider]!;
           const res = await warming.reserve(ip, { provider: p.provider, pool: p.pool, jobId: `sim-${++seq}` });
           if (!res.ok) {
             s.deferredByUs++;
-            break;
+            continue;
           }
           const a = p.answer(day, s.accepted++);
           const pressure = a.kind === 'deferred' ? rules.classify(a) : null;
           await warming.record(ip, p.provider, a.kind, pressure);
+          if (s.accepted < Math.floor((s.wanted * (r + 1)) / rounds)) next.push(p);
         }
+        active = next;
       }
     }
     const v = await warming.view(ip);
