@@ -140,18 +140,19 @@ export class Warming {
       if (s.graduatedAt === null) await this.graduate(ip, s, day, now);
       return { ok: true, release: null, graduated: true };
     }
-    // A retry whose earlier attempt kept its slot (a remote deferral) was counted already.
-    if (input.jobId) {
-      const hold = await this.coord.getJson<{ ip: string; day: number }>(this.holdKey(input.jobId));
-      if (hold && hold.ip === ip && hold.day === utcDayStart(now)) {
-        await this.coord.setJson(this.holdKey(input.jobId), null, 1);
-        return { ok: true, release: null, graduated: false };
-      }
-    }
     const undo: string[] = [];
     const giveBack = () => Promise.all(undo.map((k) => this.coord.incr(k, -1, COUNTER_TTL_MS)));
     const refuse = async (delayMs: number, reason: 'warming_cap' | 'provider_cap' | 'pacing'): Promise<WarmingResult> => {
       await giveBack();
+      // A retry whose earlier attempt kept its slot today (a remote deferral) was counted
+      // already: it passes all three gates. Looked up only here, off the common path.
+      if (input.jobId) {
+        const hold = await this.coord.getJson<{ ip: string; day: number }>(this.holdKey(input.jobId));
+        if (hold && hold.ip === ip && hold.day === utcDayStart(now)) {
+          await this.coord.setJson(this.holdKey(input.jobId), null, 1);
+          return { ok: true, release: null, graduated: false };
+        }
+      }
       return { ok: false, delayMs: this.boundDelay(delayMs, now), day, cap, reason };
     };
     const nextDay = utcDayStart(now) + DAY_MS - now;
