@@ -71,6 +71,8 @@ export interface ReserveInput {
 export type ResultKind = 'sent' | 'bounced' | 'deferred';
 
 const COUNTER_TTL_MS = 3 * DAY_MS;
+const PROVIDER_CACHE_MS = 60_000;
+const CACHE_MAX = 10_000;
 
 /**
  * IP warming (phase 10, mta.md → Warming cap behaviour). Per IP: a daily cap from the schedule
@@ -84,6 +86,15 @@ const COUNTER_TTL_MS = 3 * DAY_MS;
 export class Warming {
   private seq = 0;
   private readonly a: AdaptiveWarmingPolicy;
+  /**
+   * An IP's schedule day and a pair's multiplier move only at a UTC day's first attempt, so an
+   * instance keeps the day's values: the common reservation then costs two counter round trips,
+   * as before warming adapted. (A pair without state is unrestricted, like one at 1, so a cached
+   * null stays right when its first result creates the state.)
+   */
+  private readonly today = new Map<string, { day: number; value: unknown }>();
+  /** Recipient domain → provider, for a minute (the MX mapping changes rarely). */
+  private readonly providers = new Map<string, { until: number; provider: string }>();
 
   constructor(
     private readonly coord: Coordination,
@@ -119,7 +130,25 @@ export class Warming {
   async providerOf(domain: string): Promise<string> {
     const p = this.profileOf(domain);
     if (p !== 'default') return p;
-    return (await this.coord.getJson<string>(this.mxKey(domain))) ?? p;
+    const now = this.clock.now();
+    const c = this.providers.get(domain);
+    if (c && c.until > now) return c.provider;
+    const provider = (await this.coord.getJson<string>(this.mxKey(domain))) ?? p;
+    if (this.providers.size >= CACHE_MAX) this.providers.clear();
+    this.providers.set(domain, { until: now + PROVIDER_CACHE_MS, provider });
+    return provider;
+  }
+
+  private async forToday<T>(key: string, now: number, load: () => Promise<T>, keep: (v: T) => boolean): Promise<T> {
+    const day = utcDayStart(now);
+    const c = this.today.get(key);
+    if (c && c.day === day) return c.value as T;
+    const value = await load();
+    if (keep(value)) {
+      if (this.today.size >= CACHE_MAX) this.today.clear();
+      this.today.set(key, { day, value });
+    }
+    return value;
   }
 
   /** Remembers a domain hosted by a known provider (MX host suffix), for domains no profile names. */
@@ -127,13 +156,15 @@ export class Warming {
     if (!mxHost || this.profileOf(domain) !== 'default') return;
     const host = `.${mxHost.toLowerCase().replace(/\.$/, '')}`;
     const hit = this.a.providerMx.find((m) => m.mxSuffixes.some((s) => host.endsWith(s)));
-    if (hit && (await this.coord.getJson<string>(this.mxKey(domain))) !== hit.provider) await this.coord.setJson(this.mxKey(domain), hit.provider, 7 * DAY_MS);
+    if (!hit) return;
+    this.providers.set(domain, { until: this.clock.now() + PROVIDER_CACHE_MS, provider: hit.provider });
+    if ((await this.coord.getJson<string>(this.mxKey(domain))) !== hit.provider) await this.coord.setJson(this.mxKey(domain), hit.provider, 7 * DAY_MS);
   }
 
   async reserve(ip: string, input: ReserveInput = {}): Promise<WarmingResult> {
     if (this.warmed.has(ip)) return { ok: true, release: null, graduated: true };
     const now = this.clock.now();
-    const s = await this.ipState(ip, now, true);
+    const s = await this.forToday(`ip:${ip}`, now, () => this.ipState(ip, now, true), (v) => v.graduatedAt === null);
     const day = s.scheduleDay!;
     const cap = warmingCap(this.policy, day);
     if (cap === Infinity) {
@@ -158,7 +189,7 @@ export class Warming {
     const nextDay = utcDayStart(now) + DAY_MS - now;
 
     if (input.provider) {
-      const p = await this.providerState(ip, input.provider, now);
+      const p = await this.forToday(`p:${ip}:${input.provider}`, now, () => this.providerState(ip, input.provider!, now), () => true);
       if (p && p.multiplier < 1) {
         const k = this.provCountKey(ip, input.provider, now);
         undo.push(k);
@@ -318,6 +349,7 @@ export class Warming {
     if (!(await this.coord.acquireLease(`mta:warm:graduate:${ip}:${s.startDay}`, owner, 7 * DAY_MS))) return;
     const next = { ...s, graduatedAt: now };
     await this.coord.setJson(this.stateKey(ip), next);
+    this.today.delete(`ip:${ip}`);
     this.onGraduate(ip, next, day);
   }
 
