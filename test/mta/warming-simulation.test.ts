@@ -4,7 +4,10 @@
  * deferral-aware retry through the real dispatcher and the state surviving a restart.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { randomBytes } from 'node:crypto';
 import { CoordPersistence } from '../../src/shared/coord/persist.js';
+import { RedisCoordination } from '../../src/shared/coord/redis.js';
+import { deleteRedisKeys, testRedis } from '../harness/redis.js';
 import { MemoryCoordination } from '../../src/shared/coord/memory.js';
 import { ManualClock } from '../../src/shared/clock.js';
 import type { Job } from '../../src/shared/queue/types.js';
@@ -244,5 +247,48 @@ describe('warming state survives a restart (memory coordination persisted to Pos
     await new CoordPersistence({ db: db.pool, coord: after, clock }).load();
     expect(await make(after).view(ip)).toEqual(v1);
     expect(await make(after).retryDelay(ip, 'gmail.com', 30_000)).toBe(30_000); // a day later: the six hours are over
+  });
+});
+
+const redis = await testRedis();
+
+describe.skipIf(!redis.available)('warming state shared by a fleet (Redis)', () => {
+  const keyPrefix = `lmtest:warm:${randomBytes(4).toString('hex')}:`;
+  afterAll(async () => {
+    await deleteRedisKeys(redis.url, keyPrefix);
+  });
+
+  it('one instance\'s results move the multiplier every instance applies, and a restarted one reads the same state', async () => {
+    const clock = new ManualClock(Date.UTC(2026, 10, 1, 12));
+    const conns: RedisCoordination[] = [];
+    const make = () => {
+      const c = new RedisCoordination({ url: redis.url, keyPrefix, clock });
+      conns.push(c);
+      return new Warming(c, clock, DEFAULT_POLICY, new Set(), `i${conns.length}`, () => {}, (d) => d);
+    };
+    try {
+      const a = make();
+      const b = make();
+      const ip = '127.0.0.6';
+      for (let i = 0; i < 50; i++) {
+        expect((await (i % 2 ? a : b).reserve(ip, { provider: 'yahoo.com' })).ok).toBe(true);
+        await a.record(ip, 'yahoo.com', 'deferred', 'yahoo_tss04');
+      }
+      expect(await b.retryDelay(ip, 'yahoo.com', 30_000)).toBe(240_000);
+      clock.advance(DAY);
+      // Day 2: 50 results, all deferred: the IP's schedule holds at day 1 (cap 50), yahoo's multiplier halves.
+      const granted = async (w: Warming) => {
+        let n = 0;
+        while ((await w.reserve(ip, { provider: 'yahoo.com' })).ok) n++;
+        return n;
+      };
+      expect((await a.view(ip)).day).toBe(1);
+      expect(await granted(b)).toBe(25); // ⌊50 × 0.5⌋, counted once for the fleet
+      expect(await granted(a)).toBe(0);
+      const restarted = make();
+      expect((await restarted.view(ip)).providers).toEqual([expect.objectContaining({ provider: 'yahoo.com', multiplier: 0.5, verdict: 'decelerate', streak: 0 })]);
+    } finally {
+      for (const c of conns) await c.close();
+    }
   });
 });
