@@ -4,6 +4,7 @@
  * GET /scan/health, and the attachment screening of a submitted (raw MIME) message.
  */
 import { execFileSync } from 'node:child_process';
+import { request } from 'node:http';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -98,6 +99,21 @@ describe.skipIf(missing)('POST /scan/attachment and GET /scan/health with a real
     const r = await upload(t, 'big.txt', big, 'text/plain');
     expect(r.status).toBe(400);
     expect(r.body.error).toMatchObject({ category: 'invalid_input', data: { reason: 'file_too_large' } });
+    // Without a Content-Length (chunked), the file part stops at the limit.
+    const chunked = await new Promise<{ status: number; body: any }>((resolve, reject) => {
+      const boundary = 'lmboundary';
+      const req = request(`${t.url}/scan/attachment`, { method: 'POST', headers: { authorization: `Bearer ${MASTER}`, 'content-type': `multipart/form-data; boundary=${boundary}`, 'transfer-encoding': 'chunked' } }, (res) => {
+        let text = '';
+        res.on('data', (d) => (text += d));
+        res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
+      });
+      req.on('error', reject);
+      req.write(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.txt"\r\nContent-Type: text/plain\r\n\r\n`);
+      req.write(big);
+      req.end(`\r\n--${boundary}--\r\n`);
+    });
+    expect(chunked.status).toBe(400);
+    expect(chunked.body.error.data.reason).toBe('file_too_large');
     const none = await fetch(`${t.url}/scan/attachment`, { method: 'POST', headers: { authorization: `Bearer ${MASTER}`, 'content-type': 'application/json' }, body: '{}' });
     expect(none.status).toBe(400);
     expect(((await none.json()) as any).error.data.reason).toBe('multipart_required');

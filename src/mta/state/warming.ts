@@ -243,8 +243,11 @@ export class Warming {
     const today = utcDayStart(now);
     await this.coord.incr(this.resultKey(ip, today, kind), 1, COUNTER_TTL_MS);
     await this.coord.incr(this.provResultKey(ip, provider, today, kind), 1, COUNTER_TTL_MS);
-    if (!(await this.coord.getJson<ProviderState>(this.provKey(ip, provider)))) {
-      await this.coord.setJson(this.provKey(ip, provider), { multiplier: this.a.provider.max, streak: 0, evaluatedDay: today, verdict: null } satisfies ProviderState);
+    const cached = this.today.get(`p:${ip}:${provider}`);
+    if (!(cached?.day === today && cached.value) && !(await this.coord.getJson<ProviderState>(this.provKey(ip, provider)))) {
+      const fresh: ProviderState = { multiplier: this.a.provider.max, streak: 0, evaluatedDay: today, verdict: null };
+      await this.coord.setJson(this.provKey(ip, provider), fresh);
+      this.today.set(`p:${ip}:${provider}`, { day: today, value: fresh });
       const list = (await this.coord.getJson<string[]>(this.providersKey(ip))) ?? [];
       if (!list.includes(provider)) await this.coord.setJson(this.providersKey(ip), [...list, provider]);
     }
