@@ -42,12 +42,15 @@ import { queueRoutes } from './routes/queue.js';
 import { sendRoutes } from './routes/send.js';
 import { suppressionRoutes } from './routes/suppression.js';
 import { HttpSpamScorer } from './scorer.js';
+import { scanRoutes } from './routes/scan.js';
+import { AttachmentScanner, clamdTarget } from './scan/index.js';
 import { OrgBreaker } from './state/breaker.js';
 import { DomainBackoff } from './state/domain-backoff.js';
 import { IpStatus } from './state/ip-status.js';
 import { OrgUsage } from './state/org-usage.js';
 import { SmtpIntel } from './state/smtp-intel.js';
 import { Throttle } from './state/throttle.js';
+import { VolumePressureRules } from './state/volume-pressure.js';
 import { Warming } from './state/warming.js';
 import { ChangeFeed } from './stores/change-feed.js';
 import { CredentialStore } from './stores/credentials.js';
@@ -175,6 +178,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     queueStats: async () => ({ ...(await queue.stats()) }),
     dlqSize: async () => (await stores.outbox.stats()).total,
     emergency: () => ipStatus.allBlocked(),
+    warming: () => Promise.all(pools.addresses.map((ip) => warming.view(ip))),
   });
   const relay = new OutboxRelay(stores.outbox, { secret: s.config.MTA_WEBHOOK_SECRET, policy: policy.events }, s.clock, log, metrics);
 
@@ -205,7 +209,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       graduatedAt: new Date(st.graduatedAt!).toISOString(),
       day,
     });
-  });
+  }, (domain) => stores.profiles.resolve(domain).domain);
   const state = {
     breaker,
     orgUsage: new OrgUsage(s.coord, s.clock, policy),
@@ -329,6 +333,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     },
   };
 
+  const scanner = new AttachmentScanner(policy.scan, { target: clamdTarget(s.config), allowedExtensions: s.config.SCAN_ALLOWED_EXTENSIONS, log });
   const pipeline: PipelineDeps = {
     policy,
     clock: s.clock,
@@ -340,6 +345,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       urlBlocklist: new Set([...policy.urlBlocklist, ...s.config.CONTENT_URL_BLOCKLIST].map((d) => d.toLowerCase())),
     },
     scorer: s.config.SPAMSCORER_URL ? new HttpSpamScorer(s.config.SPAMSCORER_URL, log) : null,
+    attachmentScanner: scanner.configured ? scanner : null,
     suppression: stores.suppression,
     breaker,
     orgLimits: stores.orgLimits,
@@ -368,6 +374,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     events: relay,
     metrics,
     profiles: stores.profiles,
+    warming,
+    pressure: new VolumePressureRules(),
   };
 
   // Routes: /send and the health/metrics/openapi endpoints at the root; each management
@@ -383,6 +391,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
   for (const group of groups) {
     await app.register(async (g: FastifyInstance) => group(g.withTypeProvider<TypeBoxTypeProvider>() as HttpApp, context));
   }
+  await app.register(async (g: FastifyInstance) => scanRoutes(g.withTypeProvider<TypeBoxTypeProvider>() as HttpApp, context, scanner));
 
   // Durable records the hot path reads from memory: seed, then load through the change feed.
   await stores.profiles.seed();

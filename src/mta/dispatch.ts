@@ -4,6 +4,7 @@ import type { JobHandler } from '../shared/queue/worker.js';
 import type { Deliverer, DeliveryResult, OutboundMessage } from './delivery/types.js';
 import { applyEffects, bouncedEvent, type EffectDeps } from './effects.js';
 import type { MtaJobPayload } from './job.js';
+import { MTA_QUEUE } from './queue.js';
 import { PHASES, newContext, releaseAll, runPipeline, type PipelineContext, type PipelineDeps } from './pipeline/index.js';
 
 export interface DispatchDeps {
@@ -14,6 +15,8 @@ export interface DispatchDeps {
   failover?: Deliverer;
   clock: Clock;
   log: Logger;
+  /** The queue's retry backoff (default: the MTA queue's), the base of deferral-aware retry. */
+  backoffMs?: number[];
 }
 
 export function toOutbound(job: MtaJobPayload): OutboundMessage {
@@ -109,12 +112,27 @@ export function createDispatcher(d: DispatchDeps): JobHandler<MtaJobPayload> {
     const error = summarize(result);
     if (job.attempts < job.maxAttempts) {
       metrics?.jobs.inc({ outcome: 'retry' });
-      return { type: 'retry', error };
+      const delayMs = await retryDelay(d, ctx, result, job.attempts);
+      return delayMs === null ? { type: 'retry', error } : { type: 'retry', error, delayMs };
     }
     await expire(d, ctx, result, job.attempts);
     metrics?.jobs.inc({ outcome: 'failed' });
     return { type: 'fail', error: `attempts exhausted; last: ${error}` };
   };
+}
+
+/**
+ * Deferral-aware retry (mta.md → Warming cap behaviour): while volume pressure is recorded for
+ * the (IP, provider), the queue's backoff for this retry is doubled per recent event (×8, 4 h
+ * at most). Null: the queue's own backoff.
+ */
+async function retryDelay(d: DispatchDeps, ctx: PipelineContext, r: Extract<DeliveryResult, { status: 'deferred' }>, attempt: number): Promise<number | null> {
+  const w = d.effects.warming;
+  if (!w || r.local || !ctx.ip || !ctx.provider) return null;
+  const b = d.backoffMs ?? MTA_QUEUE.backoffMs;
+  const base = b[Math.min(attempt, b.length) - 1]!;
+  const delay = await w.retryDelay(ctx.ip.address, ctx.provider, base).catch(() => base);
+  return delay === base ? null : delay;
 }
 
 /** The last attempt was deferred too: the message expires (soft bounce, Sisimai reason `expired`). */

@@ -10,6 +10,8 @@ import type { OrgBreaker } from './state/breaker.js';
 import type { DomainBackoff } from './state/domain-backoff.js';
 import type { IntelKind, SmtpIntel } from './state/smtp-intel.js';
 import type { Throttle } from './state/throttle.js';
+import type { VolumePressureRules } from './state/volume-pressure.js';
+import type { Warming } from './state/warming.js';
 import type { DeliveryLogStore } from './stores/delivery-logs.js';
 import type { IspProfile } from './stores/isp-profiles.js';
 import type { SuppressionStore } from './stores/suppression.js';
@@ -27,6 +29,9 @@ export interface EffectDeps {
   events: Pick<OutboxRelay, 'event'>;
   metrics: MtaMetrics | null;
   profiles: { resolve(domain: string): IspProfile };
+  /** Adaptive warming: results per (IP, provider) and volume pressure (absent in tests that do not need it). */
+  warming?: Warming;
+  pressure?: VolumePressureRules;
 }
 
 /** A 5xx that speaks about the sender (reputation, policy), not about the one recipient. */
@@ -62,6 +67,16 @@ export async function applyEffects(d: EffectDeps, ctx: PipelineContext, result: 
   const run = (name: string, p: () => Promise<unknown>) => effects.push(p().catch((err) => d.log.error({ err, effect: name, jobId: ctx.jobId }, 'delivery effect failed')));
 
   d.metrics?.sends.inc({ status: result.status, domain: profile.domain, pool: ctx.pool ?? 'none' });
+  const w = d.warming;
+  if (w && !(result.status === 'deferred' && (result.local || result.connectionFailure))) {
+    run('warming', async () => {
+      await w.learnMx(job.domain, result.mxHost);
+      const provider = ctx.provider ?? (await w.providerOf(job.domain));
+      const pressure = result.status === 'deferred' ? (d.pressure?.classify(result) ?? null) : null;
+      if (pressure) d.metrics?.warmingPressure.inc({ verdict: pressure });
+      await w.record(ip.address, provider, result.status, pressure, ctx.jobId);
+    });
+  }
 
   if (result.status === 'sent') {
     run('breaker', () => d.breaker.record(job.organizationId, 'd', probe));

@@ -1,6 +1,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { PhaseObserver } from './pipeline/index.js';
 import type { BreakerStateName } from './state/breaker.js';
+import type { WarmingView } from './state/warming.js';
 
 const BREAKER_VALUE: Record<BreakerStateName, number> = { closed: 0, half_open: 1, open: 2 };
 
@@ -13,6 +14,8 @@ export function createMetrics(collectors: {
   queueStats(): Promise<Record<string, number>>;
   dlqSize(): Promise<number>;
   emergency(): Promise<boolean>;
+  /** Warming of every configured sending IP (set once the state exists). */
+  warming?: () => Promise<WarmingView[]>;
 }) {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
@@ -138,6 +141,40 @@ export function createMetrics(collectors: {
     registers: [registry],
   });
 
+  // Warming (mta.md → Warming cap behaviour): read from the shared state when scraped.
+  let warmingViews: Promise<WarmingView[] | null> | null = null;
+  const views = () => (warmingViews ??= (collectors.warming?.() ?? Promise.resolve([])).catch(() => null).finally(() => setTimeout(() => (warmingViews = null), 0)));
+  const warmingGauge = (name: string, help: string, labelNames: string[], pick: (v: WarmingView, set: (labels: Record<string, string>, n: number) => void) => void) =>
+    new Gauge({
+      name,
+      help,
+      labelNames,
+      registers: [registry],
+      async collect() {
+        const all = await views();
+        if (!all) return;
+        this.reset();
+        for (const v of all) pick(v, (labels, n) => this.set(labels, n));
+      },
+    });
+  warmingGauge('mta_warming_day', 'Schedule day of each warming IP (adaptive)', ['ip'], (v, set) => v.day !== null && set({ ip: v.ip }, v.day));
+  warmingGauge('mta_warming_cap', "Today's warming cap per IP (absent once graduated)", ['ip'], (v, set) => v.cap !== null && set({ ip: v.ip }, v.cap));
+  warmingGauge('mta_warming_sent_today', 'Sends counted against the warming cap today', ['ip'], (v, set) => set({ ip: v.ip }, v.sentToday));
+  warmingGauge('mta_warming_pacing_allowance', 'Bulk sends the pacing curve releases so far today', ['ip'], (v, set) => v.pacing && set({ ip: v.ip }, v.pacing.allowance));
+  warmingGauge('mta_warming_pacing_position', 'Position on the pacing curve (share of the UTC day)', ['ip'], (v, set) => v.pacing && set({ ip: v.ip }, v.pacing.position));
+  warmingGauge('mta_warming_bulk_sent_today', 'Bulk sends counted by pacing today', ['ip'], (v, set) => v.pacing && set({ ip: v.ip }, v.pacing.bulkSentToday));
+  warmingGauge('mta_warming_provider_multiplier', 'Cap multiplier per (IP, provider)', ['ip', 'provider'], (v, set) => v.providers.forEach((p) => set({ ip: v.ip, provider: p.provider }, p.multiplier)));
+  warmingGauge('mta_warming_provider_streak', 'Clean days banked per (IP, provider)', ['ip', 'provider'], (v, set) => v.providers.forEach((p) => set({ ip: v.ip, provider: p.provider }, p.streak)));
+  warmingGauge('mta_warming_provider_pressure_events', 'Volume-pressure replies in the last six hours per (IP, provider)', ['ip', 'provider'], (v, set) =>
+    v.providers.forEach((p) => set({ ip: v.ip, provider: p.provider }, p.pressure.length)),
+  );
+  const warmingPressure = new Counter({
+    name: 'mta_warming_pressure_total',
+    help: 'Temporary replies recognised as volume pressure, by verdict',
+    labelNames: ['verdict'],
+    registers: [registry],
+  });
+
   const observePhase: PhaseObserver = (phase, result) => {
     const k = `${phase.name}|${result.type}`;
     phaseCounts.set(k, (phaseCounts.get(k) ?? 0) + 1);
@@ -157,6 +194,7 @@ export function createMetrics(collectors: {
     feedbackAttributions,
     feedbackRejections,
     inboundReports,
+    warmingPressure,
     setBreaker(orgId: string, state: BreakerStateName) {
       breakerState.set({ organization: orgId }, BREAKER_VALUE[state]);
     },

@@ -170,6 +170,58 @@ export interface MtaPolicy {
   urlBlocklist: string[];
   inbound: { maxClients: number; maxConnectionsPerIp: number; maxRecipients: number; socketTimeoutMs: number; closeTimeoutMs: number };
   feedback: { horizonMs: number };
+  /** mta.md → Warming cap behaviour (adaptive day, provider multiplier, pacing, deferral-aware retry). */
+  adaptiveWarming: AdaptiveWarmingPolicy;
+  /** POST /scan/attachment and the screening of submitted attachments (docs/mta.md → Content protection). */
+  scan: ScanPolicy;
+}
+
+export interface ScanPolicy {
+  /** Largest file (and, for the route, largest upload body) accepted; checked before any work. */
+  maxFileBytes: number;
+  /** Extensions allowed when SCAN_ALLOWED_EXTENSIONS is not set. */
+  allowedExtensions: string[];
+  /** Extensions whose files always start with a signature file-type knows (no signature → mismatch). */
+  signedExtensions: string[];
+  /** Names that mean the same format. */
+  equivalentExtensions: string[][];
+  /** Formats whose container file-type may report instead (OOXML and JAR are zip files). */
+  containerExtensions: Record<string, string[]>;
+  /** Declared types that say nothing about the format. */
+  genericTypes: string[];
+  /** A double extension is one of these followed by an executable one. */
+  decoyExtensions: string[];
+  executableExtensions: string[];
+  clamd: { timeoutMs: number; chunkBytes: number };
+}
+
+/** Rates are shares of the day's results (sent + bounced + deferred) at one IP or (IP, provider). */
+export interface WarmingThresholds {
+  /** Results needed before a day is judged (mta.md: fewer than 50 → `insufficient_data`). */
+  minSample: number;
+  /** At or below both: the IP's schedule advances `accelerateDays` instead of one. */
+  accelerate: { maxBounceRate: number; maxDeferralRate: number };
+  /** Above either: the IP's schedule moves `decelerateDays`; a provider's multiplier halves. */
+  decelerate: { bounceRate: number; deferralRate: number };
+}
+
+export interface AdaptiveWarmingPolicy {
+  thresholds: WarmingThresholds;
+  accelerateDays: number;
+  /** Days the schedule moves after a poor day (0: holds, negative: goes back). */
+  decelerateDays: number;
+  provider: { min: number; max: number; decreaseFactor: number; recoverStep: number; cleanDaysToRecover: number };
+  /** Providers recognised by MX host suffix (recipient domains hosted by them); keys are ISP profile domains. */
+  providerMx: { provider: string; mxSuffixes: string[] }[];
+  pacing: {
+    /** Pools whose traffic is bulk (paced); every other pool is transactional. */
+    bulkPools: string[];
+    startFraction: number;
+    minBulkAvailable: number;
+    /** Share of the day's cap kept for transactional traffic. */
+    transactionalHeadroom: number;
+  };
+  pressure: { horizonMs: number; maxFactor: number; maxDelayMs: number; maxEvents: number };
 }
 
 const MINUTE = 60_000;
@@ -285,6 +337,39 @@ export const DEFAULT_POLICY: MtaPolicy = {
   // de-duplication retention are each 16 days).
   feedback: {
     horizonMs: 16 * DAY,
+  },
+  // mta.md fixes the provider range [0.05, 1], ×0.5, +0.1 after 3 clean days, 50 sends, the
+  // 10 % start, 100 bulk sends, 20 % headroom, 6 h, ×8 and 4 h; the rate thresholds are ours
+  // (the breaker's slow window is 8 % bounces: warming slows down well before it trips).
+  adaptiveWarming: {
+    thresholds: {
+      minSample: 50,
+      accelerate: { maxBounceRate: 0.02, maxDeferralRate: 0.05 },
+      decelerate: { bounceRate: 0.05, deferralRate: 0.15 },
+    },
+    accelerateDays: 2,
+    decelerateDays: 0,
+    provider: { min: 0.05, max: 1, decreaseFactor: 0.5, recoverStep: 0.1, cleanDaysToRecover: 3 },
+    providerMx: [
+      { provider: 'gmail.com', mxSuffixes: ['.google.com', '.googlemail.com'] },
+      { provider: 'outlook.com', mxSuffixes: ['.outlook.com', '.hotmail.com'] },
+      { provider: 'yahoo.com', mxSuffixes: ['.yahoodns.net', '.yahoo.com'] },
+      { provider: 'icloud.com', mxSuffixes: ['.icloud.com', '.me.com'] },
+    ],
+    pacing: { bulkPools: ['campaign'], startFraction: 0.1, minBulkAvailable: 100, transactionalHeadroom: 0.2 },
+    pressure: { horizonMs: 6 * HOUR, maxFactor: 8, maxDelayMs: 4 * HOUR, maxEvents: 16 },
+  },
+  // 25 MB: what most mailbox providers accept as a whole message.
+  scan: {
+    maxFileBytes: 25 * 1024 * 1024,
+    allowedExtensions: ['pdf', 'png', 'jpg', 'jpeg', 'gif', 'webp', 'txt', 'csv', 'ics', 'rtf', 'doc', 'docx', 'xls', 'xlsx', 'ppt', 'pptx', 'odt', 'ods', 'odp', 'zip'],
+    signedExtensions: ['pdf', 'png', 'jpg', 'jpeg', 'gif', 'webp', 'bmp', 'tif', 'tiff', 'zip', 'gz', '7z', 'rar', 'docx', 'xlsx', 'pptx', 'odt', 'ods', 'odp', 'doc', 'xls', 'ppt', 'exe', 'dll'],
+    equivalentExtensions: [['jpg', 'jpeg', 'jpe'], ['tif', 'tiff'], ['exe', 'dll', 'scr', 'com', 'sys']],
+    containerExtensions: { zip: ['docx', 'xlsx', 'pptx', 'odt', 'ods', 'odp', 'jar', 'apk', 'epub'], cfb: ['doc', 'xls', 'ppt', 'msg', 'msi'] },
+    genericTypes: ['application/octet-stream', 'binary/octet-stream', 'application/x-download', 'application/download'],
+    decoyExtensions: ['pdf', 'doc', 'docx', 'xls', 'xlsx', 'ppt', 'pptx', 'txt', 'csv', 'rtf', 'jpg', 'jpeg', 'png', 'gif', 'zip', 'mp3', 'mp4', 'htm', 'html'],
+    executableExtensions: ['exe', 'scr', 'com', 'bat', 'cmd', 'pif', 'cpl', 'msi', 'js', 'jse', 'vbs', 'vbe', 'wsf', 'wsh', 'hta', 'jar', 'ps1', 'lnk', 'reg', 'dll'],
+    clamd: { timeoutMs: 30_000, chunkBytes: 64 * 1024 },
   },
 };
 

@@ -187,6 +187,10 @@ export const SPEC = {
   MTA_WARMED_IPS: v(list, 'sending IPs that are already warm (no warming cap)', { default: [] }),
   MTA_TLSRPT_FROM: v(str, 'sender of TLS-RPT mailto: reports; its domain needs a DKIM key (unset: mailto: endpoints are skipped)'),
   MTA_TLSRPT_RUA: v(list, 'TLS-RPT rua= endpoints (mailto:/https:) emitted in the records of every sending domain (unset: no TLS-RPT record)'),
+  CLAMD_SOCKET: v(str, 'ClamAV daemon (clamd) Unix socket for /scan/attachment and submitted attachments (wins over CLAMD_HOST)'),
+  CLAMD_HOST: v(str, 'ClamAV daemon (clamd) host, with CLAMD_PORT; unset with CLAMD_SOCKET unset: no malware scan (fail open)'),
+  CLAMD_PORT: v(posInt, 'ClamAV daemon (clamd) TCP port', { default: 3310 }),
+  SCAN_ALLOWED_EXTENSIONS: v(list, 'attachment extensions /scan/attachment allows (default: the MTA policy list, docs/mta.md)', { default: [] }),
   // The HTTP edge of both servers (docs/api.md → Input policy). A client that does not finish
   // in time gets 408 and the connection is closed (at most ~1.5 s after the deadline).
   HTTP_HEADERS_TIMEOUT_MS: v(posInt, 'the request line and headers must arrive within this many ms (408 otherwise)', { default: 15_000 }),

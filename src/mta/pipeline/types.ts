@@ -4,6 +4,7 @@ import type { DeferScope } from '../../shared/queue/types.js';
 import type { MtaEvents } from '../events.js';
 import type { MtaJobPayload } from '../job.js';
 import type { MtaPolicy } from '../policy.js';
+import type { AttachmentScanner } from '../scan/index.js';
 import type { SendingIp, SendingPools } from '../pools.js';
 import type { OrgBreaker } from '../state/breaker.js';
 import type { DomainBackoff } from '../state/domain-backoff.js';
@@ -77,6 +78,8 @@ export interface PipelineDeps {
     urlBlocklist: ReadonlySet<string>;
   };
   scorer: SpamScorer | null;
+  /** Malware scan of raw-MIME jobs' attachments (src/mta/scan/screen.ts); null without CLAMD_*. */
+  attachmentScanner?: AttachmentScanner | null;
   suppression: { has(address: string): boolean };
   breaker: OrgBreaker;
   orgLimits: { limitsFor(orgId: string): OrgLimits };
@@ -112,6 +115,8 @@ export interface PipelineContext {
   viaRelay?: boolean;
   /** Set by circuit_breaker while the organization is half-open (this send is a test send). */
   breakerProbe?: { epoch: number };
+  /** Set by warming_cap: the recipient's mailbox provider (warming.providerOf). */
+  provider?: string;
   reservations: Reservation[];
 }
 

@@ -17,6 +17,26 @@ const IpView = Type.Object({
     cap: Nullable(Type.Integer({ description: 'null: unlimited' })),
     sentToday: Type.Integer(),
     graduatedAt: Nullable(Type.String()),
+    verdict: Nullable(Type.String({ description: "the judged previous day: accelerate, steady, decelerate, insufficient_data" })),
+    pacing: Nullable(
+      Type.Object({
+        position: Type.Number({ description: 'share of the UTC day elapsed' }),
+        allowance: Type.Integer({ description: 'bulk sends the curve releases so far today' }),
+        bulkCeiling: Type.Integer({ description: "the day's cap less the transactional headroom" }),
+        bulkSentToday: Type.Integer(),
+      }),
+    ),
+    providers: Type.Array(
+      Type.Object({
+        provider: Type.String(),
+        multiplier: Type.Number(),
+        cap: Nullable(Type.Integer()),
+        sentToday: Type.Integer(),
+        verdict: Nullable(Type.String()),
+        streak: Type.Integer(),
+        pressure: Type.Array(Type.Object({ at: Type.String(), verdict: Type.String() }), { description: 'volume-pressure replies of the last six hours' }),
+      }),
+    ),
   }),
   last24h: Type.Record(Type.String(), Type.Integer(), { description: 'attempt outcomes from this IP by status' }),
   blocklist: Type.Object({
@@ -80,7 +100,16 @@ export async function ipReputationRoutes(app: HttpApp, m: MtaContext): Promise<v
         pools: entries.map((e) => e.pool),
         eligible: b === undefined,
         block: b ? { reason: b.reason, zone: b.zone ?? null, since: new Date(b.since).toISOString() } : null,
-        warming: { warmed: w.warmed, day: w.day, cap: w.cap, sentToday: w.sentToday, graduatedAt: w.graduatedAt === null ? null : new Date(w.graduatedAt).toISOString() },
+        warming: {
+          warmed: w.warmed,
+          day: w.day,
+          cap: w.cap,
+          sentToday: w.sentToday,
+          graduatedAt: w.graduatedAt === null ? null : new Date(w.graduatedAt).toISOString(),
+          verdict: w.verdict,
+          pacing: w.pacing,
+          providers: w.providers,
+        },
         last24h: recent.get(ip) ?? {},
         blocklist: {
           monitored: m.services.config.DNSBL_MONITOR,
