@@ -142,8 +142,9 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
 
   const queue = createMtaQueue<MtaJobPayload>(s);
   const feed = new ChangeFeed(s.db, log);
+  const suppression = new SuppressionStore(s.db, s.clock, log, feed);
   const stores = {
-    suppression: new SuppressionStore(s.db, s.clock, log, feed),
+    suppression,
     profiles: new IspProfileStore(s.db, log, feed, s.clock, policy.ispProfiles),
     orgLimits: new OrgLimitStore(s.db, log, feed, s.clock, policy),
     poolRules: new PoolRuleStore(s.db, log, feed, s.clock),
@@ -153,7 +154,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     logs: new DeliveryLogStore(s.db, { clock: s.clock, leaseMs: policy.events.leaseMs, written: (events) => relay.written(events) }),
     outbox: new OutboxStore(s.db, s.clock, policy.events),
     returnPaths: new ReturnPathStore(s.db, log, feed, s.clock),
-    feedbackReports: new FeedbackReportStore(s.db, s.clock, policy.events.leaseMs),
+    feedbackReports: new FeedbackReportStore(s.db, s.clock, policy.events.leaseMs, suppression),
   };
   const ipStatus = new IpStatus(s.coord, s.clock, pools);
 
@@ -438,7 +439,6 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     provenance: new ProvenanceStore(s.db, s.clock),
     reports: stores.feedbackReports,
     events: relay,
-    suppression: stores.suppression,
     breaker,
     intel: state.intel,
     throttle: state.throttle,
@@ -536,6 +536,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     async stop() {
       clearInterval(pruneTimer);
       await inbound.stop();
+      await stores.feedbackReports.drain();
       clearInterval(sweepTimer);
       clearInterval(auditTimer);
       resolver.cancel();

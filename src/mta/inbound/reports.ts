@@ -23,7 +23,6 @@ import type { SmtpIntel } from '../state/smtp-intel.js';
 import type { Throttle } from '../state/throttle.js';
 import type { FeedbackReportRow, FeedbackReportStore } from '../stores/feedback-reports.js';
 import type { IspProfile } from '../stores/isp-profiles.js';
-import type { SuppressionStore } from '../stores/suppression.js';
 import type { ReceivedMessage } from './server.js';
 
 export type AttributionSource = 'envelope' | 'cfbl_feedback_id' | 'verp_scrape';
@@ -41,9 +40,9 @@ export interface FeedbackDeps {
   /** Every host our VERP and CFBL addresses use. */
   hosts: () => ReadonlySet<string>;
   provenance: { lookup(messageId: string): Promise<Provenance | null> };
+  /** Records reports; their suppression is written in the same transaction. */
   reports: Pick<FeedbackReportStore, 'record'>;
   events: Pick<OutboxRelay, 'event' | 'written'>;
-  suppression: Pick<SuppressionStore, 'addIn' | 'noteAdded'>;
   breaker: Pick<OrgBreaker, 'record'>;
   intel: Pick<SmtpIntel, 'record'>;
   throttle: Pick<Throttle, 'onResult'>;
@@ -149,7 +148,7 @@ export class FeedbackProcessor {
       remoteIp: msg.remoteIp || null,
     };
     const done = async (row: FeedbackReportRow, out: ReportOutcome): Promise<ReportOutcome> => {
-      if (out.outcome !== 'duplicate') await d.reports.record(row, []);
+      if (out.outcome !== 'duplicate') await d.reports.record({ row, events: [] });
       d.metrics?.inboundReports.inc({ kind: row.kind, outcome: out.outcome });
       if (out.rejection) d.metrics?.feedbackRejections.inc({ reason: out.rejection });
       return out;
@@ -200,7 +199,7 @@ export class FeedbackProcessor {
     const entry = failure(report, prov.recipient);
     if (!entry) {
       const r = report.recipients[0];
-      await d.reports.record({ ...row, outcome: 'ignored', reason: r?.reason ?? null }, []);
+      await d.reports.record({ row: { ...row, outcome: 'ignored', reason: r?.reason ?? null }, events: [] });
       d.metrics?.inboundReports.inc({ kind: 'dsn', outcome: 'ignored' });
       return { kind: 'ignored', outcome: 'ignored', source, messageId: prov.messageId };
     }
@@ -257,16 +256,17 @@ export class FeedbackProcessor {
     const d = this.d;
     const recipient = row.recipient!;
     const suppress = effects.suppress;
-    const { fresh, written } = await d.reports.record(row, event ? [event] : [], suppress ? (c) => d.suppression.addIn(c, [recipient], suppress, `${kind}:${row.messageId}`) : undefined);
+    const { fresh, written } = await d.reports.record({
+      row,
+      events: event ? [event] : [],
+      suppress: suppress ? { address: recipient, reason: suppress, source: `${kind}:${row.messageId}` } : undefined,
+    });
     if (!fresh) {
       d.metrics?.feedbackRejections.inc({ reason: 'duplicate' });
       d.metrics?.inboundReports.inc({ kind, outcome: 'duplicate' });
       return { kind, outcome: 'duplicate', rejection: 'duplicate', source, messageId: row.messageId! };
     }
-    if (suppress) {
-      d.suppression.noteAdded([recipient]);
-      d.metrics?.suppressionsAdded.inc({ reason: suppress });
-    }
+    if (suppress) d.metrics?.suppressionsAdded.inc({ reason: suppress });
     d.events.written(written);
     d.metrics?.feedbackAttributions.inc({ source });
     d.metrics?.inboundReports.inc({ kind, outcome: 'applied' });

@@ -101,23 +101,28 @@ export class SuppressionStore {
   async add(addresses: string[], reason: SuppressionReason, source: string | null = null): Promise<{ added: number; updated: number }> {
     const unique = [...new Set(addresses)];
     if (unique.length === 0) return { added: 0, updated: 0 };
-    const result = await tx(this.db, (c) => this.addIn(c, unique, reason, source));
+    const result = await tx(this.db, (c) => this.addIn(c, unique.map((address) => ({ address, reason, source }))));
     this.noteAdded(unique);
     return result;
   }
 
-  /** `add` inside a caller's transaction (effects that must commit with it); call `noteAdded` after commit. */
-  async addIn(c: DbClient, addresses: string[], reason: SuppressionReason, source: string | null = null): Promise<{ added: number; updated: number }> {
-    const unique = [...new Set(addresses)];
-    if (unique.length === 0) return { added: 0, updated: 0 };
+  /**
+   * Entries added inside a caller's transaction (effects that must commit with it), each with
+   * its own reason and source; one statement and one notification whatever their number. Call
+   * `noteAdded` after the commit. An address given twice keeps its last entry.
+   */
+  async addIn(c: DbClient, entries: readonly { address: string; reason: SuppressionReason; source: string | null }[]): Promise<{ added: number; updated: number }> {
+    const byAddress = new Map(entries.map((e) => [e.address, e]));
+    if (byAddress.size === 0) return { added: 0, updated: 0 };
+    const list = [...byAddress.values()];
     const res = await c.query<{ inserted: boolean }>(
       `INSERT INTO mta_suppression (address, reason, source, created_at)
-       SELECT a, $2, $3, $4 FROM unnest($1::text[]) AS a
+       SELECT a, r, s, $4 FROM unnest($1::text[], $2::text[], $3::text[]) AS u(a, r, s)
        ON CONFLICT (address) DO UPDATE SET reason = EXCLUDED.reason, source = COALESCE(EXCLUDED.source, mta_suppression.source)
        RETURNING (xmax = 0) AS inserted`,
-      [unique, reason, source, new Date(this.clock.now())],
+      [list.map((e) => e.address), list.map((e) => e.reason), list.map((e) => e.source), new Date(this.clock.now())],
     );
-    await c.query(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, [CHANNEL, chunkPayloads('+\n', unique)]);
+    await c.query(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, [CHANNEL, chunkPayloads('+\n', [...byAddress.keys()])]);
     const added = res.rows.filter((r) => r.inserted).length;
     return { added, updated: res.rows.length - added };
   }

@@ -173,6 +173,22 @@ describe('rejected or absorbed, and counted', () => {
   });
 });
 
+describe('reports arriving together share a transaction', () => {
+  it('the same complaint twice at once: one applied, one absorbed; ten different ones all applied', async () => {
+    const s = await sent('org-batch');
+    const raw = arfReport({ recipient: s.recipient });
+    const n = await metric('mta_cfbl_rejections_total', 'reason="duplicate"');
+    await Promise.all([deliver(s.fbl, raw), deliver(s.fbl, raw)]);
+    expect(await metric('mta_cfbl_rejections_total', 'reason="duplicate"')).toBe(n + 1);
+    const others = await Promise.all(Array.from({ length: 10 }, () => sent('org-batch')));
+    await Promise.all(others.map((o) => deliver(o.bounce, dsnReport({ recipient: o.recipient, status: '5.1.1', diagnostic: '550 5.1.1 User unknown' }))));
+    for (const o of others) expect(await suppression(o.recipient)).toMatchObject({ suppressed: true, reason: 'hard_bounce' });
+    await t.mta.context.relay.settle();
+    const mine = new Set([s.messageId, ...others.map((o) => o.messageId)]);
+    expect(postedEvents(backend.requests).filter((e) => mine.has(e.data.messageId))).toHaveLength(11);
+  });
+});
+
 describe('the listener', () => {
   it('refuses recipients that are not report addresses with 550 5.1.1', async () => {
     await expect(deliver(`postmaster@${HOST}`, 'Subject: x\r\n\r\nx\r\n')).rejects.toThrow(/550 5\.1\.1/);
