@@ -37,6 +37,35 @@ export interface RelayMta {
   stop(): Promise<void>;
 }
 
+/** Waits for the daemon's greeting, then hands it over; on failure it is stopped and its directory removed. */
+async function supervise(
+  kind: RelayMta['name'],
+  d: { host: string; port: number; name: string; child: ReturnType<typeof spawnDaemon>; dir: string; log: () => string },
+): Promise<RelayMta> {
+  const remove = async () => {
+    await killProcess(d.child);
+    await rm(d.dir, { recursive: true, force: true });
+  };
+  try {
+    await waitForGreeting(d.host, d.port, d.name, () => d.child.exitCode === null, d.log);
+  } catch (e) {
+    await remove();
+    throw e;
+  }
+  let stopped = false;
+  return {
+    name: kind,
+    host: d.host,
+    port: d.port,
+    log: d.log,
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      await remove();
+    },
+  };
+}
+
 /** Reads the greeting; resolves with its first line. */
 async function greeting(host: string, port: number): Promise<string> {
   const sock = connect({ host, port });
@@ -162,26 +191,7 @@ export async function startPostfixRelay(opts: RelayMtaOptions): Promise<RelayMta
   const out = tailLines(child.stdout, 500);
   const err = tailLines(child.stderr, 200);
   const log = () => `${out.text()}\n${err.text()}\n${existsSync(join(dir, 'maillog')) ? readFileSync(join(dir, 'maillog'), 'utf8').slice(-20_000) : ''}`;
-  try {
-    await waitForGreeting(host, port, name, () => child.exitCode === null, log);
-  } catch (e) {
-    await killProcess(child);
-    await rm(dir, { recursive: true, force: true });
-    throw e;
-  }
-  let stopped = false;
-  return {
-    name: 'postfix',
-    host,
-    port,
-    log,
-    async stop() {
-      if (stopped) return;
-      stopped = true;
-      await killProcess(child);
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
+  return supervise('postfix', { host, port, name, child, dir, log });
 }
 
 function uid(user: string): number {
@@ -315,24 +325,5 @@ export async function startEximRelay(opts: RelayMtaOptions): Promise<RelayMta> {
   const err = tailLines(child.stderr, 200);
   const readLog = (n: string) => (existsSync(join(logs, n)) ? readFileSync(join(logs, n), 'utf8').slice(-20_000) : '');
   const log = () => `${out.text()}\n${err.text()}\n${readLog('mainlog')}\n${readLog('rejectlog')}\n${readLog('paniclog')}`;
-  try {
-    await waitForGreeting(host, port, name, () => child.exitCode === null, log);
-  } catch (e) {
-    await killProcess(child);
-    await rm(dir, { recursive: true, force: true });
-    throw e;
-  }
-  let stopped = false;
-  return {
-    name: 'exim',
-    host,
-    port,
-    log,
-    async stop() {
-      if (stopped) return;
-      stopped = true;
-      await killProcess(child);
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
+  return supervise('exim', { host, port, name, child, dir, log });
 }

@@ -5,17 +5,13 @@
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';
 import { sendHeaders, type OutboundMessage } from './types.js';
 
+/** The message as nodemailer's mail options: one mapping for the composer and the SMTP relay. */
+export function mailOptions(m: OutboundMessage) {
+  return { from: m.from, to: m.to, subject: m.subject, html: m.html, text: m.text, replyTo: m.replyTo, headers: sendHeaders(m) };
+}
+
 export function composeMime(m: OutboundMessage): Promise<Buffer> {
-  return new MailComposer({
-    from: m.from,
-    to: m.to,
-    subject: m.subject,
-    html: m.html,
-    text: m.text,
-    replyTo: m.replyTo,
-    messageId: `<${m.id}@${m.dkimDomain}>`,
-    headers: sendHeaders(m),
-  })
+  return new MailComposer({ ...mailOptions(m), messageId: `<${m.id}@${m.dkimDomain}>` })
     .compile()
     .build();
 }

@@ -7,7 +7,8 @@
 import nodemailer, { type Transporter } from 'nodemailer';
 import { PROVIDER_API } from '../policy.js';
 import type { EmailProvider, OutboundMessage, ProviderResult } from './types.js';
-import { ProviderError, sendHeaders } from './types.js';
+import { ProviderError } from './types.js';
+import { mailOptions } from './mime.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -33,15 +34,7 @@ export class SmtpRelayProvider implements EmailProvider {
     for (let attempt = 1; ; attempt++) {
       let timer: NodeJS.Timeout | undefined;
       try {
-        const sent = this.transport.sendMail({
-          from: m.from,
-          to: m.to,
-          subject: m.subject,
-          html: m.html,
-          text: m.text,
-          replyTo: m.replyTo,
-          headers: sendHeaders(m),
-        });
+        const sent = this.transport.sendMail(mailOptions(m));
         // nodemailer's socketTimeout did not end a relay that stopped answering MAIL FROM (measured
         // with the test sink, nodemailer 10.6): the deadline is ours.
         const expired = new Promise<never>((_, reject) => {
