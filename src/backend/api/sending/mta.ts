@@ -2,7 +2,7 @@
 import type { EmailProvider, OutboundMessage, ProviderResult } from './types.js';
 import { ProviderError } from './types.js';
 import { PeerClient, type PeerResponse } from '../../../shared/net/peer.js';
-import type { MtaJob, MtaJobAccepted } from '../../../shared/contracts/mta.js';
+import type { MtaBuiltJob as MtaJob, MtaJobAccepted } from '../../../shared/contracts/mta.js';
 
 /** Keep-alive sockets to the MTA, shared by every provider instance of this process. */
 const peer = new PeerClient();
