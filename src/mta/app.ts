@@ -58,6 +58,9 @@ import { FeedbackProcessor } from './inbound/reports.js';
 import { InboundSmtpServer } from './inbound/server.js';
 import { ProvenanceStore } from './delivery/provenance.js';
 import { createDeliveryEngine, deliveryEnabled } from './delivery/index.js';
+import { SubmissionAuth } from './submission/auth.js';
+import { SubmissionIntake } from './submission/intake.js';
+import { createSubmissionServer } from './submission/server.js';
 
 /** The MTA's peer, given at start: in role all the backend's port is known only once it listens. */
 export interface MtaPeers {
@@ -69,6 +72,8 @@ export interface MtaRole {
   app: HttpApp;
   /** The inbound SMTP listener (bounces, feedback reports); `port` is null until started or when it could not bind. */
   inbound: { readonly port: number | null };
+  /** The SMTP submission listeners (SUBMISSION_ENABLED): STARTTLS and implicit TLS; null when off. */
+  submission: { readonly starttls: { readonly port: number | null }; readonly implicitTls: { readonly port: number | null } | null } | null;
   /** Starts the workers; only they produce events, so the backend's URL is needed from here on. */
   start(peers: MtaPeers): Promise<void>;
   stop(): Promise<void>;
@@ -334,6 +339,32 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     handlers: { bounce: feedback.handle, fbl: feedback.handle },
     log,
   });
+  // SMTP submission (docs/submission.md): there is no plaintext AUTH mode, so no TLS files, no start.
+  const cfg = s.config;
+  if (cfg.SUBMISSION_ENABLED && (!cfg.SUBMISSION_TLS_CERT || !cfg.SUBMISSION_TLS_KEY)) {
+    throw new ConfigError(['SUBMISSION_ENABLED needs SUBMISSION_TLS_CERT and SUBMISSION_TLS_KEY: AUTH is only offered over TLS']);
+  }
+  const submissionIntake = new SubmissionIntake(s.db, queue, s.clock, policy);
+  const submissionServers = cfg.SUBMISSION_ENABLED
+    ? (() => {
+        const auth = new SubmissionAuth({ masterKey: cfg.MTA_API_KEY, credentials: stores.credentials, policy: policy.submission, clock: s.clock, log });
+        const common = {
+          host: cfg.SUBMISSION_HOST ?? '',
+          name: bounceHost,
+          tls: { certFile: cfg.SUBMISSION_TLS_CERT!, keyFile: cfg.SUBMISSION_TLS_KEY! },
+          production: cfg.NODE_ENV === 'production',
+          policy,
+          auth,
+          intake: submissionIntake,
+          hasDkimKey: async (domain: string) => (await stores.dkim.getSigningKeys(domain)).length > 0,
+          log,
+        };
+        return {
+          starttls: createSubmissionServer({ ...common, port: cfg.SUBMISSION_PORT }),
+          implicitTls: cfg.SUBMISSION_TLS_PORT !== undefined ? createSubmissionServer({ ...common, port: cfg.SUBMISSION_TLS_PORT, secure: true }) : null,
+        };
+      })()
+    : null;
   const handler = deliverer ? createDispatcher({ pipeline, effects, deliverer, clock: s.clock, log }) : null;
 
   const prune = async () => {
@@ -343,6 +374,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     if (n > 0) log.info({ deleted: n }, 'pruned old delivery log rows');
     const r = await stores.feedbackReports.prune(policy.feedback.horizonMs);
     if (r > 0) log.info({ deleted: r }, 'pruned reports past the 16-day horizon');
+    const receipts = await submissionIntake.purge();
+    if (receipts > 0) log.info({ deleted: receipts }, 'purged submission receipts past their four days');
   };
 
   return {
@@ -353,9 +386,12 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     handler,
     feedback,
     inbound,
+    submission: submissionServers,
     async start(peers) {
       relay.start(peers.webhookUrl);
       await inbound.start();
+      await submissionServers?.starttls.start();
+      await submissionServers?.implicitTls?.start();
       if (handler) {
         worker = new Worker<MtaJobPayload>({
           queue,
@@ -373,6 +409,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     async stop() {
       clearInterval(pruneTimer);
       await inbound.stop();
+      await submissionServers?.starttls.stop();
+      await submissionServers?.implicitTls?.stop();
       await worker?.stop();
       await stores.logs.drain();
       await relay.stop();

@@ -140,6 +140,16 @@ export interface MtaPolicy {
   urlBlocklist: string[];
   inbound: { maxClients: number; maxConnectionsPerIp: number; maxRecipients: number; socketTimeoutMs: number; closeTimeoutMs: number };
   feedback: { horizonMs: number };
+  submission: {
+    /** mta.md → Limits: 25 MB. */
+    maxMessageBytes: number;
+    /** mta.md → Limits: the intake receipt is kept four days. */
+    receiptMs: number;
+    /** Failed AUTH attempts from one address within `windowMs` before it is banned for `banMs`. */
+    authFailures: { max: number; windowMs: number; banMs: number };
+    /** Organization of mail submitted with the master key (an organization key names its own). */
+    masterOrganizationId: string;
+  };
 }
 
 const MINUTE = 60_000;
@@ -239,6 +249,14 @@ export const DEFAULT_POLICY: MtaPolicy = {
   // de-duplication retention are each 16 days).
   feedback: {
     horizonMs: 16 * DAY,
+  },
+  // SMTP submission (docs/submission.md). Ten failures a minute is far above a mail client
+  // with a wrong password retrying, far below a guessing attack.
+  submission: {
+    maxMessageBytes: 25 * 1024 * 1024,
+    receiptMs: 4 * DAY,
+    authFailures: { max: 10, windowMs: MINUTE, banMs: 15 * MINUTE },
+    masterOrganizationId: 'default',
   },
 };
 

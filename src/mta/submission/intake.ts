@@ -1,0 +1,110 @@
+/**
+ * Durable, idempotent intake of one submitted message (mta.md → idempotency rules 1–4): in
+ * one transaction the intake receipt is taken (or found, locked), its binding checked, and
+ * a job queued for each recipient the receipt does not already hold. The 250 follows the
+ * commit, so a client that never saw it retries and gets the same job ids, never new jobs.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import type { Clock } from '../../shared/clock.js';
+import { tx, type Db } from '../../shared/db/pool.js';
+import type { Queue } from '../../shared/queue/queue.js';
+import { domainOf } from '../../shared/mail/address.js';
+import { groupKeyOf, type MtaJobPayload } from '../job.js';
+import type { MtaPolicy } from '../policy.js';
+
+export type SubmissionPrincipal =
+  | { kind: 'master'; organizationId: string }
+  | { kind: 'org'; organizationId: string; credentialId: string }
+  | { kind: 'app'; organizationId: string; id: string; senders: string[] };
+
+export const principalId = (p: SubmissionPrincipal): string => (p.kind === 'master' ? 'master' : p.kind === 'org' ? `org:${p.credentialId}` : `app:${p.id}`);
+
+/** A key reused with another sender or message (mta.md → Errors: 554 5.5.4, permanent). */
+export class KeyReuseError extends Error {}
+
+export interface Submission {
+  principal: SubmissionPrincipal;
+  /** Normalized envelope sender. */
+  sender: string;
+  /** The DATA bytes exactly as received (the binding). */
+  data: Buffer;
+  /** What is queued: the DATA bytes without Bcc. */
+  raw: Buffer;
+  /** The From header's mailbox and its domain (DKIM). */
+  from: string;
+  dkimDomain: string;
+  recipients: string[];
+  /** Rule 1's key, if given. */
+  key?: string;
+  /** Rule 4: a fresh identity for this attempt. */
+  dedupOff: boolean;
+}
+
+const h = (...parts: string[]) => createHash('sha256').update(parts.join('\0')).digest('base64url');
+
+export class SubmissionIntake {
+  constructor(
+    private readonly db: Db,
+    private readonly queue: Queue<MtaJobPayload>,
+    private readonly clock: Clock,
+    private readonly policy: MtaPolicy,
+  ) {}
+
+  /** Resolves with one job id per recipient (in order) once they and the receipt are committed. */
+  async accept(s: Submission): Promise<string[]> {
+    const who = principalId(s.principal);
+    const bytes = createHash('sha256').update(s.data).digest('base64url');
+    const binding = h(who, s.sender, bytes);
+    const identity = s.dedupOff ? h('fresh', randomBytes(16).toString('hex')) : s.key !== undefined ? h('key', who, s.key) : h('auto', binding);
+    const now = this.clock.now();
+    const raw = s.raw.toString('base64');
+    return tx(this.db, async (c) => {
+      // Inserted, or the existing row locked, so concurrent retries of one identity queue once.
+      await c.query('INSERT INTO mta_submission_receipts (identity, binding, expires_at) VALUES ($1, $2, $3) ON CONFLICT (identity) DO NOTHING', [identity, binding, now + this.policy.submission.receiptMs]);
+      const r = await c.query<{ binding: string; expires_at: string }>('SELECT binding, expires_at FROM mta_submission_receipts WHERE identity = $1 FOR UPDATE', [identity]);
+      const row = r.rows[0]!;
+      if (Number(row.expires_at) <= now) {
+        // Past its four days, not purged yet: as if gone.
+        await c.query('UPDATE mta_submission_receipts SET binding = $2, expires_at = $3 WHERE identity = $1', [identity, binding, now + this.policy.submission.receiptMs]);
+        await c.query('DELETE FROM mta_submission_jobs WHERE identity = $1', [identity]);
+      } else if (row.binding !== binding) {
+        throw new KeyReuseError('key reused with a different sender or message');
+      }
+      const recipients = [...new Set(s.recipients)];
+      const known = await c.query<{ recipient: string; job_id: string }>('SELECT recipient, job_id FROM mta_submission_jobs WHERE identity = $1 AND recipient = ANY ($2::text[])', [identity, recipients]);
+      const ids = new Map(known.rows.map((k) => [k.recipient, k.job_id]));
+      const missing = recipients.filter((rcpt) => !ids.has(rcpt));
+      if (missing.length > 0) {
+        const org = s.principal.organizationId;
+        const inputs = missing.map((to) => {
+          const messageId = `smtp-${h(identity, to).slice(0, 32)}`;
+          const payload: MtaJobPayload = {
+            messageId,
+            to,
+            from: s.from,
+            raw,
+            ipPool: 'transactional',
+            organizationId: org,
+            dkimDomain: s.dkimDomain,
+            engagementScore: null,
+            recipient: to.toLowerCase(),
+            domain: domainOf(to),
+            band: 'default',
+            acceptedAt: now,
+          };
+          return { groupKey: groupKeyOf(payload.ipPool, payload.domain), payload, priority: this.policy.defaultPriority, orgId: org, dedupeKey: `${org.length}:${org}:${messageId}` };
+        });
+        const jobIds = await this.queue.enqueueMany(inputs, c);
+        await c.query('INSERT INTO mta_submission_jobs (identity, recipient, job_id) SELECT $1, * FROM unnest($2::text[], $3::text[])', [identity, missing, jobIds]);
+        missing.forEach((rcpt, i) => ids.set(rcpt, jobIds[i]!));
+      }
+      return s.recipients.map((rcpt) => ids.get(rcpt)!);
+    });
+  }
+
+  /** Deletes receipts past their four days (the leader runs it); returns how many. */
+  async purge(): Promise<number> {
+    const r = await this.db.query('DELETE FROM mta_submission_receipts WHERE expires_at <= $1', [this.clock.now()]);
+    return r.rowCount ?? 0;
+  }
+}
