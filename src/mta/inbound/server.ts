@@ -69,7 +69,6 @@ export interface InboundOptions {
 
 export const smtpError = (code: number, message: string) => Object.assign(new Error(message), { responseCode: code });
 
-type Session = SMTPServerSession & { targets?: InboundTarget[]; counted?: boolean };
 type Send = (code: number, data?: string | string[], context?: unknown) => void;
 /** The part of smtp-server's connection object the submission rules reach into. */
 type Connection = { session: SMTPServerSession; secure: boolean; send: Send };
