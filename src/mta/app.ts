@@ -58,6 +58,7 @@ import { FeedbackProcessor } from './inbound/reports.js';
 import { InboundSmtpServer } from './inbound/server.js';
 import { ProvenanceStore } from './delivery/provenance.js';
 import { createDeliveryEngine, deliveryEnabled } from './delivery/index.js';
+import { BackendAppPasswords } from './submission/app-passwords.js';
 import { SubmissionAuth } from './submission/auth.js';
 import { SubmissionIntake } from './submission/intake.js';
 import { createSubmissionServer } from './submission/server.js';
@@ -345,9 +346,10 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     throw new ConfigError(['SUBMISSION_ENABLED needs SUBMISSION_TLS_CERT and SUBMISSION_TLS_KEY: AUTH is only offered over TLS']);
   }
   const submissionIntake = new SubmissionIntake(s.db, queue, s.clock, policy);
+  const appPasswords = new BackendAppPasswords({ secret: cfg.MTA_WEBHOOK_SECRET, clock: s.clock, timeoutMs: policy.events.postTimeoutMs });
   const submissionServers = cfg.SUBMISSION_ENABLED
     ? (() => {
-        const auth = new SubmissionAuth({ masterKey: cfg.MTA_API_KEY, credentials: stores.credentials, policy: policy.submission, clock: s.clock, log });
+        const auth = new SubmissionAuth({ masterKey: cfg.MTA_API_KEY, credentials: stores.credentials, appPasswords: appPasswords.check, policy: policy.submission, clock: s.clock, log });
         const common = {
           host: cfg.SUBMISSION_HOST ?? '',
           name: bounceHost,
@@ -389,6 +391,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     submission: submissionServers,
     async start(peers) {
       relay.start(peers.webhookUrl);
+      appPasswords.setEventsUrl(peers.webhookUrl);
       await inbound.start();
       await submissionServers?.starttls.start();
       await submissionServers?.implicitTls?.start();

@@ -84,6 +84,33 @@ export const MtaJobAcceptedSchema = Type.Object({
 });
 export type MtaJobAccepted = Static<typeof MtaJobAcceptedSchema>;
 
+// ------------------------------------------------------------- credential verification
+
+/**
+ * `POST /webhooks/mta-verify-credential` (backend-api.md), signed like the MTA's events: the
+ * MTA asks whether a password given at SMTP AUTH is one of the backend's app passwords.
+ */
+/** App passwords start with this; the MTA asks the backend about no other password. */
+export const APP_PASSWORD_PREFIX = 'lm_app_';
+export const MtaVerifyCredentialSchema = Type.Object(
+  {
+    password: Type.String({ minLength: 1, maxLength: 512 }),
+    purpose: Type.Literal('submission'),
+  },
+  { additionalProperties: false },
+);
+export type MtaVerifyCredential = Static<typeof MtaVerifyCredentialSchema>;
+export const MtaVerifyCredentialResultSchema = Type.Object({
+  data: Type.Object({
+    valid: Type.Boolean(),
+    id: Type.Optional(Type.String()),
+    organizationId: Type.Optional(Type.String()),
+    /** Sender addresses or domains the password may use; empty: any the organization signs for. */
+    senders: Type.Optional(Type.Array(Type.String())),
+  }),
+});
+export type MtaVerifyCredentialResult = Static<typeof MtaVerifyCredentialResultSchema>;
+
 // ---------------------------------------------------------------------------- the events
 
 /** Event names (mta.md → Events). Code names an event through this object, never a literal. */

@@ -18,6 +18,7 @@ import { m050 } from './050_feedback.js';
 import { m060 } from './060_public_content.js';
 import { m061 } from './061_campaigns_forms.js';
 import { m062 } from './062_mta_outbox.js';
+import { m065 } from './065_app_passwords.js';
 import { m064 } from './064_submission_receipts.js';
 import { m063 } from './063_feedback_reports.js';
 
@@ -26,4 +27,4 @@ import { m063 } from './063_feedback_reports.js';
  * numbered by area (docs/architecture.md, "The store"); a new one takes the next number above
  * the highest, whatever its area. Functions go in ../functions/, never here.
  */
-export const MIGRATIONS: Migration[] = [m001, m002, m003, m004, m005, m006, m007, m010, m011, m020, m021, m022, m023, m030, m040, m050, m060, m061, m062, m063, m064];
+export const MIGRATIONS: Migration[] = [m001, m002, m003, m004, m005, m006, m007, m010, m011, m020, m021, m022, m023, m030, m040, m050, m060, m061, m062, m063, m064, m065];
