@@ -80,5 +80,5 @@ it('created, used, limited to its senders, listed without the password, and refu
 it('the verification endpoint refuses an unsigned request', async () => {
   const res = await fetch(`${app.backendUrl}/webhooks/mta-verify-credential`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ password: 'lm_app_x', purpose: 'submission' }) });
   expect(res.status).toBe(401);
-  expect((await res.json()).error.category).toBeTruthy();
+  expect(((await res.json()) as { error: { category: string } }).error.category).toBe("unauthenticated");
 });
