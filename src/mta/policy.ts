@@ -149,6 +149,8 @@ export interface MtaPolicy {
     authFailures: { max: number; windowMs: number; banMs: number };
     /** Organization of mail submitted with the master key (an organization key names its own). */
     masterOrganizationId: string;
+    /** Group commit of intake (src/shared/batch.ts): transactions in flight, submissions and bytes per transaction. */
+    intakeBatch: { maxInFlight: number; maxItems: number; maxBytes: number };
   };
 }
 
@@ -257,6 +259,7 @@ export const DEFAULT_POLICY: MtaPolicy = {
     receiptMs: 4 * DAY,
     authFailures: { max: 10, windowMs: MINUTE, banMs: 15 * MINUTE },
     masterOrganizationId: 'default',
+    intakeBatch: { maxInFlight: 4, maxItems: 100, maxBytes: 64 * 1024 * 1024 },
   },
 };
 

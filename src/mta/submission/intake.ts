@@ -5,9 +5,11 @@
  * commit, so a client that never saw it retries and gets the same job ids, never new jobs.
  */
 import { createHash, randomBytes } from 'node:crypto';
+import { Batcher } from '../../shared/batch.js';
 import type { Clock } from '../../shared/clock.js';
 import { tx, type Db } from '../../shared/db/pool.js';
 import type { Queue } from '../../shared/queue/queue.js';
+import type { EnqueueInput } from '../../shared/queue/types.js';
 import { domainOf } from '../../shared/mail/address.js';
 import { groupKeyOf, type MtaJobPayload } from '../job.js';
 import type { MtaPolicy } from '../policy.js';
@@ -41,14 +43,27 @@ export interface Submission {
 }
 
 const h = (...parts: string[]) => createHash('sha256').update(parts.join('\0')).digest('base64url');
+const messageIdOf = (identity: string, to: string) => `smtp-${h(identity, to).slice(0, 32)}`;
+
+interface Prepared {
+  s: Submission;
+  identity: string;
+  binding: string;
+}
 
 export class SubmissionIntake {
+  private readonly batcher: Batcher<Prepared, string[] | KeyReuseError>;
+
   constructor(
     private readonly db: Db,
     private readonly queue: Queue<MtaJobPayload>,
     private readonly clock: Clock,
     private readonly policy: MtaPolicy,
-  ) {}
+  ) {
+    // Group commit (src/shared/batch.ts): concurrent submissions share one transaction and
+    // its WAL flush; each is answered only once that transaction has committed.
+    this.batcher = new Batcher((items) => this.write(items), policy.submission.intakeBatch);
+  }
 
   /** Resolves with one job id per recipient (in order) once they and the receipt are committed. */
   async accept(s: Submission): Promise<string[]> {
@@ -56,50 +71,80 @@ export class SubmissionIntake {
     const bytes = createHash('sha256').update(s.data).digest('base64url');
     const binding = h(who, s.sender, bytes);
     const identity = s.dedupOff ? h('fresh', randomBytes(16).toString('hex')) : s.key !== undefined ? h('key', who, s.key) : h('auto', binding);
+    const r = await this.batcher.submit({ s, identity, binding }, s.raw.length * s.recipients.length);
+    if (r instanceof KeyReuseError) throw r;
+    return r;
+  }
+
+  private async write(items: Prepared[]): Promise<(string[] | KeyReuseError)[]> {
     const now = this.clock.now();
-    const raw = s.raw.toString('base64');
+    const expires = now + this.policy.submission.receiptMs;
     return tx(this.db, async (c) => {
-      // Inserted, or the existing row locked, so concurrent retries of one identity queue once.
-      await c.query('INSERT INTO mta_submission_receipts (identity, binding, expires_at) VALUES ($1, $2, $3) ON CONFLICT (identity) DO NOTHING', [identity, binding, now + this.policy.submission.receiptMs]);
-      const r = await c.query<{ binding: string; expires_at: string }>('SELECT binding, expires_at FROM mta_submission_receipts WHERE identity = $1 FOR UPDATE', [identity]);
-      const row = r.rows[0]!;
-      if (Number(row.expires_at) <= now) {
-        // Past its four days, not purged yet: as if gone.
-        await c.query('UPDATE mta_submission_receipts SET binding = $2, expires_at = $3 WHERE identity = $1', [identity, binding, now + this.policy.submission.receiptMs]);
-        await c.query('DELETE FROM mta_submission_jobs WHERE identity = $1', [identity]);
-      } else if (row.binding !== binding) {
-        throw new KeyReuseError('key reused with a different sender or message');
+      const results: (string[] | KeyReuseError | Map<string, string>)[] = new Array(items.length);
+      // Receipts are locked in one order, so two batches holding the same identities cannot deadlock.
+      const order = items.map((_, i) => i).sort((a, b) => (items[a]!.identity < items[b]!.identity ? -1 : items[a]!.identity > items[b]!.identity ? 1 : a - b));
+      const inputs: EnqueueInput<MtaJobPayload>[] = [];
+      const wanted: { item: number; identity: string; rcpt: string; at: number }[] = [];
+      const planned = new Map<string, number>();
+      for (const n of order) {
+        const { s, identity, binding } = items[n]!;
+        // Inserted, or the existing row locked, so concurrent retries of one identity queue once.
+        await c.query('INSERT INTO mta_submission_receipts (identity, binding, expires_at) VALUES ($1, $2, $3) ON CONFLICT (identity) DO NOTHING', [identity, binding, expires]);
+        const row = (await c.query<{ binding: string; expires_at: string }>('SELECT binding, expires_at FROM mta_submission_receipts WHERE identity = $1 FOR UPDATE', [identity])).rows[0]!;
+        if (Number(row.expires_at) <= now) {
+          // Past its four days, not purged yet: as if gone.
+          await c.query('UPDATE mta_submission_receipts SET binding = $2, expires_at = $3 WHERE identity = $1', [identity, binding, expires]);
+          await c.query('DELETE FROM mta_submission_jobs WHERE identity = $1', [identity]);
+        } else if (row.binding !== binding) {
+          results[n] = new KeyReuseError('key reused with a different sender or message');
+          continue;
+        }
+        const recipients = [...new Set(s.recipients)];
+        const known = await c.query<{ recipient: string; job_id: string }>('SELECT recipient, job_id FROM mta_submission_jobs WHERE identity = $1 AND recipient = ANY ($2::text[])', [identity, recipients]);
+        results[n] = new Map(known.rows.map((k) => [k.recipient, k.job_id]));
+        const raw = s.raw.toString('base64');
+        for (const to of recipients) {
+          if ((results[n] as Map<string, string>).has(to)) continue;
+          // The same identity twice in one batch: its job is enqueued once and both get its id.
+          const key = `${identity}\0${to}`;
+          let at = planned.get(key);
+          if (at === undefined) {
+            at = inputs.push(this.input(s, identity, to, raw, now)) - 1;
+            planned.set(key, at);
+          }
+          wanted.push({ item: n, identity, rcpt: to, at });
+        }
       }
-      const recipients = [...new Set(s.recipients)];
-      const known = await c.query<{ recipient: string; job_id: string }>('SELECT recipient, job_id FROM mta_submission_jobs WHERE identity = $1 AND recipient = ANY ($2::text[])', [identity, recipients]);
-      const ids = new Map(known.rows.map((k) => [k.recipient, k.job_id]));
-      const missing = recipients.filter((rcpt) => !ids.has(rcpt));
-      if (missing.length > 0) {
-        const org = s.principal.organizationId;
-        const inputs = missing.map((to) => {
-          const messageId = `smtp-${h(identity, to).slice(0, 32)}`;
-          const payload: MtaJobPayload = {
-            messageId,
-            to,
-            from: s.from,
-            raw,
-            ipPool: 'transactional',
-            organizationId: org,
-            dkimDomain: s.dkimDomain,
-            engagementScore: null,
-            recipient: to.toLowerCase(),
-            domain: domainOf(to),
-            band: 'default',
-            acceptedAt: now,
-          };
-          return { groupKey: groupKeyOf(payload.ipPool, payload.domain), payload, priority: this.policy.defaultPriority, orgId: org, dedupeKey: `${org.length}:${org}:${messageId}` };
-        });
-        const jobIds = await this.queue.enqueueMany(inputs, c);
-        await c.query('INSERT INTO mta_submission_jobs (identity, recipient, job_id) SELECT $1, * FROM unnest($2::text[], $3::text[])', [identity, missing, jobIds]);
-        missing.forEach((rcpt, i) => ids.set(rcpt, jobIds[i]!));
+      if (inputs.length > 0) {
+        const ids = await this.queue.enqueueMany(inputs, c);
+        await c.query(
+          'INSERT INTO mta_submission_jobs (identity, recipient, job_id) SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) ON CONFLICT DO NOTHING',
+          [wanted.map((w) => w.identity), wanted.map((w) => w.rcpt), wanted.map((w) => ids[w.at]!)],
+        );
+        for (const w of wanted) (results[w.item] as Map<string, string>).set(w.rcpt, ids[w.at]!);
       }
-      return s.recipients.map((rcpt) => ids.get(rcpt)!);
+      return results.map((r, n) => (r instanceof Map ? items[n]!.s.recipients.map((rcpt) => r.get(rcpt)!) : (r as KeyReuseError)));
     });
+  }
+
+  private input(s: Submission, identity: string, to: string, raw: string, now: number): EnqueueInput<MtaJobPayload> {
+    const org = s.principal.organizationId;
+    const messageId = messageIdOf(identity, to);
+    const payload: MtaJobPayload = {
+      messageId,
+      to,
+      from: s.from,
+      raw,
+      ipPool: 'transactional',
+      organizationId: org,
+      dkimDomain: s.dkimDomain,
+      engagementScore: null,
+      recipient: to.toLowerCase(),
+      domain: domainOf(to),
+      band: 'default',
+      acceptedAt: now,
+    };
+    return { groupKey: groupKeyOf(payload.ipPool, payload.domain), payload, priority: this.policy.defaultPriority, orgId: org, dedupeKey: `${org.length}:${org}:${messageId}` };
   }
 
   /** Deletes receipts past their four days (the leader runs it); returns how many. */
