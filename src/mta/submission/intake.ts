@@ -86,22 +86,41 @@ export class SubmissionIntake {
       const inputs: EnqueueInput<MtaJobPayload>[] = [];
       const wanted: { item: number; identity: string; rcpt: string; at: number }[] = [];
       const planned = new Map<string, number>();
+      // Set-based: three statements for the whole batch, whatever its size.
+      // One row per identity: the first submission of it in the batch binds it.
+      const firstOf = new Map<string, string>();
+      for (const n of order) if (!firstOf.has(items[n]!.identity)) firstOf.set(items[n]!.identity, items[n]!.binding);
+      const ids0 = [...firstOf.keys()];
+      await c.query(
+        'INSERT INTO mta_submission_receipts (identity, binding, expires_at) SELECT i, b, $3 FROM unnest($1::text[], $2::text[]) AS u (i, b) ORDER BY i ON CONFLICT (identity) DO NOTHING',
+        [ids0, [...firstOf.values()], expires],
+      );
+      // Inserted, or the existing rows locked (in identity order), so concurrent retries of one identity queue once.
+      const rows = await c.query<{ identity: string; binding: string; expires_at: string }>(
+        'SELECT identity, binding, expires_at FROM mta_submission_receipts WHERE identity = ANY ($1::text[]) ORDER BY identity FOR UPDATE',
+        [ids0],
+      );
+      const receipt = new Map(rows.rows.map((r) => [r.identity, r]));
+      const expired = rows.rows.filter((r) => Number(r.expires_at) <= now).map((r) => r.identity);
+      if (expired.length > 0) {
+        // Past their four days, not purged yet: as if gone (rebound to this attempt's binding).
+        await c.query('DELETE FROM mta_submission_jobs WHERE identity = ANY ($1::text[])', [expired]);
+        for (const id of expired) {
+          const binding = firstOf.get(id)!;
+          await c.query('UPDATE mta_submission_receipts SET binding = $2, expires_at = $3 WHERE identity = $1', [id, binding, expires]);
+          receipt.set(id, { identity: id, binding, expires_at: String(expires) });
+        }
+      }
+      const knownRows = await c.query<{ identity: string; recipient: string; job_id: string }>('SELECT identity, recipient, job_id FROM mta_submission_jobs WHERE identity = ANY ($1::text[])', [ids0]);
+      const known = new Map<string, string>(knownRows.rows.map((k) => [`${k.identity}\0${k.recipient}`, k.job_id]));
       for (const n of order) {
         const { s, identity, binding } = items[n]!;
-        // Inserted, or the existing row locked, so concurrent retries of one identity queue once.
-        await c.query('INSERT INTO mta_submission_receipts (identity, binding, expires_at) VALUES ($1, $2, $3) ON CONFLICT (identity) DO NOTHING', [identity, binding, expires]);
-        const row = (await c.query<{ binding: string; expires_at: string }>('SELECT binding, expires_at FROM mta_submission_receipts WHERE identity = $1 FOR UPDATE', [identity])).rows[0]!;
-        if (Number(row.expires_at) <= now) {
-          // Past its four days, not purged yet: as if gone.
-          await c.query('UPDATE mta_submission_receipts SET binding = $2, expires_at = $3 WHERE identity = $1', [identity, binding, expires]);
-          await c.query('DELETE FROM mta_submission_jobs WHERE identity = $1', [identity]);
-        } else if (row.binding !== binding) {
+        if (receipt.get(identity)!.binding !== binding) {
           results[n] = new KeyReuseError('key reused with a different sender or message');
           continue;
         }
         const recipients = [...new Set(s.recipients)];
-        const known = await c.query<{ recipient: string; job_id: string }>('SELECT recipient, job_id FROM mta_submission_jobs WHERE identity = $1 AND recipient = ANY ($2::text[])', [identity, recipients]);
-        results[n] = new Map(known.rows.map((k) => [k.recipient, k.job_id]));
+        results[n] = new Map(recipients.filter((r) => known.has(`${identity}\0${r}`)).map((r) => [r, known.get(`${identity}\0${r}`)!]));
         const raw = s.raw.toString('base64');
         for (const to of recipients) {
           if ((results[n] as Map<string, string>).has(to)) continue;

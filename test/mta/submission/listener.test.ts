@@ -233,6 +233,15 @@ describe('idempotency', () => {
     expect((await jobs()).length).toBe(before + 4);
   });
 
+  it('the same message submitted on four connections at once is queued once (one group commit or several)', async () => {
+    const body = message();
+    const before = (await jobs()).length;
+    const replies = await Promise.all(Array.from({ length: 4 }, () => rawSession(['MAIL FROM:<app@sender.test>', 'RCPT TO:<same@dest.test>', 'DATA', `${body}\r\n.`])));
+    const ids = replies.map((r) => /Queued as (\d+)/.exec(r.at(-1)!)![1]);
+    expect(new Set(ids).size).toBe(1);
+    expect((await jobs()).length).toBe(before + 1);
+  });
+
   it('the leader purges receipts past four days', async () => {
     const count = async () => Number((await t.db.pool.query('SELECT count(*) FROM mta_submission_receipts')).rows[0].count);
     expect(await count()).toBeGreaterThan(0);
