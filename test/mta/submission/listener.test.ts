@@ -42,6 +42,7 @@ beforeAll(async () => {
       BOUNCE_HOST: HOST,
       SUBMISSION_ENABLED: 'true',
       SUBMISSION_PORT: '0',
+      SUBMISSION_TLS_PORT: '0',
       SUBMISSION_HOST: '127.0.0.1',
       SUBMISSION_TLS_CERT: join(dir, 'cert.pem'),
       SUBMISSION_TLS_KEY: join(dir, 'key.pem'),
@@ -110,6 +111,16 @@ describe('TLS and AUTH', () => {
     for (const [pw, method] of [[MASTER, 'PLAIN'], [MASTER, 'LOGIN'], [orgKey, 'PLAIN'], [orgKey, 'LOGIN']] as const) {
       const r = await swaks([...authed(pw, method), '--quit-after', 'AUTH']);
       expect(r.out).toMatch(/<~\s+235/);
+    }
+  });
+
+  it('implicit TLS (SUBMISSION_TLS_PORT) takes AUTH and a message at once', async () => {
+    const transport = nodemailer.createTransport({ host: '127.0.0.1', port: t.mta.submission!.implicitTls!.port!, secure: true, tls: { ca, servername: HOST }, auth: { user: 'x', pass: MASTER } });
+    try {
+      const info = await transport.sendMail({ envelope: { from: 'app@sender.test', to: ['tls465@dest.test'] }, raw: message() });
+      expect(info.response).toMatch(/^250 2\.0\.0 Queued as \d+$/);
+    } finally {
+      transport.close();
     }
   });
 
