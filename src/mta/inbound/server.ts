@@ -124,6 +124,8 @@ export class InboundSmtpServer {
       onConnect: (session, cb) => this.onConnect(session, cb),
       onClose: (session) => this.onClose(session),
       onMailFrom: (address, session, cb) => {
+        // A new transaction: recipients of one abandoned with RSET (or refused at DATA) must not carry over.
+        (session as { targets?: InboundTarget[] }).targets = [];
         if (!o.onMailFrom) return cb();
         o.onMailFrom(address.address, (address.args || {}) as Record<string, string | boolean>, session).then(() => cb(), (err: Error) => cb(err));
       },

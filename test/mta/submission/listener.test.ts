@@ -167,6 +167,14 @@ describe('message rules', () => {
     }
   });
 
+  it('recipients of a transaction abandoned with RSET do not carry over to the next message', async () => {
+    const r = await rawSession(['MAIL FROM:<app@sender.test>', 'RCPT TO:<abandoned@dest.test>', 'RSET', 'MAIL FROM:<app@sender.test>', 'RCPT TO:<kept@dest.test>', 'DATA', `${message()}\r\n.`]);
+    const ids = /Queued as ([\d ]+)/.exec(r.at(-1)!)![1]!.trim().split(' ');
+    expect(ids).toHaveLength(1);
+    expect((await jobs()).find((j) => j.id === ids[0])!.payload.to).toBe('kept@dest.test');
+    expect((await jobs()).some((j) => j.payload.to === 'abandoned@dest.test')).toBe(false);
+  });
+
   it('over-size: a SIZE declaration gets 552 5.3.4 at MAIL, and a stream gets it while streaming', async () => {
     const declared = await swaks([...authed(), '--from', 'app@sender.test', '--to', 'a@dest.test', '--quit-after', 'MAIL', '--add-header', 'X: y'].concat([]), port);
     expect(declared.out).toMatch(/<~\s+250/);
