@@ -24,6 +24,8 @@ export interface SubmissionOptions {
   policy: MtaPolicy;
   auth: SubmissionAuth;
   intake: SubmissionIntake;
+  /** Back-pressure as POST /send applies it: true when the queue is full (452) or every IP is blocked (421). */
+  busy: () => Promise<'queue_full' | 'all_ips_blocked' | null>;
   /** Whether a domain has an active DKIM key. */
   hasDkimKey: (domain: string) => Promise<boolean>;
   log: Logger;
@@ -70,6 +72,9 @@ export function createSubmissionServer(o: SubmissionOptions): InboundSmtpServer 
     const from = parseMailbox(headers.from[0]!);
     if (!from) throw smtpError(550, '5.6.0 The From field must be one address');
     await checkSender(principal, from.address, 'From');
+    const busy = await o.busy();
+    if (busy === 'queue_full') throw smtpError(452, '4.3.1 The delivery queue is full, try again later');
+    if (busy === 'all_ips_blocked') throw smtpError(421, '4.3.2 Every sending IP is blocked, try again later');
     try {
       const ids = await o.intake.accept({
         principal,

@@ -16,7 +16,7 @@ import { createMta } from '../../../src/mta/app.js';
 import { DEFAULT_POLICY } from '../../../src/mta/policy.js';
 import { silentLogger } from '../../../src/shared/log.js';
 import { createTestCa } from '../../harness/tls.js';
-import { MASTER, startMta, type TestMta } from '../helpers.js';
+import { MASTER, payload, startMta, type TestMta } from '../helpers.js';
 
 const HOST = 'submit.sender.test';
 const LIMIT = 64 * 1024;
@@ -273,6 +273,23 @@ describe('idempotency', () => {
   });
 });
 
+describe('back-pressure', () => {
+  it('a full queue gets 452 4.3.1 at DATA, as POST /send gets its 429', async () => {
+    const config = loadConfig({ NODE_ENV: 'test', MTA_API_KEY: MASTER, QUEUE_MAX_DEPTH: '1', BOUNCE_VERP_KEY: 'x'.repeat(32), BOUNCE_HOST: HOST, SUBMISSION_ENABLED: 'true', SUBMISSION_PORT: '0', SUBMISSION_HOST: '127.0.0.1', SUBMISSION_TLS_CERT: join(dir, 'cert.pem'), SUBMISSION_TLS_KEY: join(dir, 'key.pem'), INBOUND_SMTP_PORT: '0', INBOUND_SMTP_HOST: '127.0.0.1' });
+    const full = await createMta({ config, log: silentLogger, db: t.db.pool, coord: t.coord, clock: t.clock });
+    await full.start({ webhookUrl: undefined });
+    try {
+      // Two jobs due tomorrow: pending, so the depth is 2 whatever the worker does meanwhile.
+      const later = t.clock.now() + 86_400_000;
+      await t.mta.context.queue.enqueueMany([1, 2].map((i) => ({ groupKey: `transactional:later${i}.test`, payload: payload({ to: `x@later${i}.test` }), runAt: later })));
+      const r = await rawSession(['MAIL FROM:<app@sender.test>', 'RCPT TO:<full@dest.test>', 'DATA', `${message()}\r\n.`], true, full.submission!.starttls.port!);
+      expect(r.at(-1)).toMatch(/^452 4\.3\.1/);
+    } finally {
+      await full.stop();
+    }
+  });
+});
+
 describe('configuration', () => {
   it('enabled without TLS files the MTA refuses to start, naming the variables', async () => {
     const config = loadConfig({ NODE_ENV: 'test', MTA_API_KEY: MASTER, SUBMISSION_ENABLED: 'true', BOUNCE_VERP_KEY: 'x'.repeat(32), BOUNCE_HOST: HOST });
@@ -286,10 +303,10 @@ describe('configuration', () => {
  * A pipelined-free raw session over TLS with the master key, one command per reply: the
  * tests that need exact MAIL parameters or DATA bytes. Returns every reply's last line.
  */
-async function rawSession(lines: string[], tls = true): Promise<string[]> {
+async function rawSession(lines: string[], tls = true, to = port): Promise<string[]> {
   const { connect } = await import('node:tls');
   const net = await import('node:net');
-  const plain = net.connect(port, '127.0.0.1');
+  const plain = net.connect(to, '127.0.0.1');
   const replies: string[] = [];
   let buffer = '';
   let waiting: ((r: string) => void) | null = null;
