@@ -363,7 +363,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
           // The delivery engine's key cache (5 min, 5 s for a domain without keys): two lookups per message otherwise.
           hasDkimKey: async (domain: string) => (await submissionKeys.get(domain)).length > 0,
           busy: async () => {
-            if (await ipStatus.allBlocked()) return 'all_ips_blocked' as const;
+            if (await ipStatus.allBlocked()) return 'emergency' as const;
             if ((await queueDepth()) >= cfg.QUEUE_MAX_DEPTH) return 'queue_full' as const;
             return null;
           },

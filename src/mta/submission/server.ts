@@ -25,7 +25,7 @@ export interface SubmissionOptions {
   auth: SubmissionAuth;
   intake: SubmissionIntake;
   /** Back-pressure as POST /send applies it: true when the queue is full (452) or every IP is blocked (421). */
-  busy: () => Promise<'queue_full' | 'all_ips_blocked' | null>;
+  busy: () => Promise<'queue_full' | 'emergency' | null>;
   /** Whether a domain has an active DKIM key. */
   hasDkimKey: (domain: string) => Promise<boolean>;
   log: Logger;
@@ -74,7 +74,7 @@ export function createSubmissionServer(o: SubmissionOptions): InboundSmtpServer 
     await checkSender(principal, from.address, 'From');
     const busy = await o.busy();
     if (busy === 'queue_full') throw smtpError(452, '4.3.1 The delivery queue is full, try again later');
-    if (busy === 'all_ips_blocked') throw smtpError(421, '4.3.2 Every sending IP is blocked, try again later');
+    if (busy === 'emergency') throw smtpError(421, '4.3.2 Every sending IP is blocked, try again later');
     try {
       const ids = await o.intake.accept({
         principal,
