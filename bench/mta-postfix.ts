@@ -12,10 +12,10 @@ import { join } from 'node:path';
 import { findBinary, findFreePort } from '../test/harness/dns.js';
 import { runSmtpSource } from '../test/harness/smtp-sink-postfix.js';
 
-const HOST = '127.0.0.20';
+export const HOST = '127.0.0.20';
 
 // Postfix reports fatal errors on a terminal or to syslog only; `script` gives it a terminal.
-function run(bin: string, args: string[]): Promise<string> {
+export function run(bin: string, args: string[]): Promise<string> {
   return new Promise((resolve, reject) => {
     execFile('script', ['-qec', [bin, ...args].join(' '), '/dev/null'], { timeout: 60_000 }, (err, stdout) =>
       err ? reject(new Error(`${bin} ${args.join(' ')}: ${stdout.trim() || err.message}`)) : resolve(stdout),
@@ -23,7 +23,7 @@ function run(bin: string, args: string[]): Promise<string> {
   });
 }
 
-const MASTER_CF = (port: number) => `
+export const MASTER_CF = (port: number) => `
 ${HOST}:${port} inet n - n - - smtpd
 pickup    unix  n       -       n       60      1       pickup
 cleanup   unix  n       -       n       -       0       cleanup

@@ -75,6 +75,11 @@ import { RecordChecker } from './tls/records.js';
 import { TlsRptJob } from './tls/report-job.js';
 import { TRANSPORT } from './tls/settings.js';
 import { TlsRptRecorder } from './tls/tlsrpt.js';
+import { BackendAppPasswords } from './submission/app-passwords.js';
+import { SubmissionAuth } from './submission/auth.js';
+import { DkimKeyCache } from './delivery/dkim/keys.js';
+import { SubmissionIntake } from './submission/intake.js';
+import { createSubmissionServer } from './submission/server.js';
 
 /** The MTA's peer, given at start: in role all the backend's port is known only once it listens. */
 export interface MtaPeers {
@@ -86,6 +91,8 @@ export interface MtaRole {
   app: HttpApp;
   /** The inbound SMTP listener (bounces, feedback reports); `port` is null until started or when it could not bind. */
   inbound: { readonly port: number | null };
+  /** The SMTP submission listeners (SUBMISSION_ENABLED): STARTTLS and implicit TLS; null when off. */
+  submission: { readonly starttls: { readonly port: number | null }; readonly implicitTls: { readonly port: number | null } | null } | null;
   /** Starts the workers; only they produce events, so the backend's URL is needed from here on. */
   start(peers: MtaPeers): Promise<void>;
   stop(): Promise<void>;
@@ -461,6 +468,39 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     handlers: { bounce: feedback.handle, fbl: feedback.handle },
     log,
   });
+  // SMTP submission (docs/submission.md): there is no plaintext AUTH mode, so no TLS files, no start.
+  if (cfg.SUBMISSION_ENABLED && (!cfg.SUBMISSION_TLS_CERT || !cfg.SUBMISSION_TLS_KEY)) {
+    throw new ConfigError(['SUBMISSION_ENABLED needs SUBMISSION_TLS_CERT and SUBMISSION_TLS_KEY: AUTH is only offered over TLS']);
+  }
+  const submissionIntake = new SubmissionIntake(s.db, queue, s.clock, policy);
+  const appPasswords = new BackendAppPasswords({ secret: cfg.MTA_WEBHOOK_SECRET, clock: s.clock, timeoutMs: policy.events.postTimeoutMs });
+  const submissionKeys = new DkimKeyCache(stores.dkim, s.clock);
+  const submissionServers = cfg.SUBMISSION_ENABLED
+    ? (() => {
+        const auth = new SubmissionAuth({ masterKey: cfg.MTA_API_KEY, credentials: stores.credentials, appPasswords: appPasswords.check, policy: policy.submission, clock: s.clock, log });
+        const common = {
+          host: cfg.SUBMISSION_HOST ?? '',
+          name: bounceHost,
+          tls: { certFile: cfg.SUBMISSION_TLS_CERT!, keyFile: cfg.SUBMISSION_TLS_KEY! },
+          production: cfg.NODE_ENV === 'production',
+          policy,
+          auth,
+          intake: submissionIntake,
+          // The delivery engine's key cache (5 min, 5 s for a domain without keys): two lookups per message otherwise.
+          hasDkimKey: async (domain: string) => (await submissionKeys.get(domain)).length > 0,
+          busy: async () => {
+            if (await ipStatus.allBlocked()) return 'emergency' as const;
+            if ((await queueDepth()) >= cfg.QUEUE_MAX_DEPTH) return 'queue_full' as const;
+            return null;
+          },
+          log,
+        };
+        return {
+          starttls: createSubmissionServer({ ...common, port: cfg.SUBMISSION_PORT }),
+          implicitTls: cfg.SUBMISSION_TLS_PORT !== undefined ? createSubmissionServer({ ...common, port: cfg.SUBMISSION_TLS_PORT, secure: true }) : null,
+        };
+      })()
+    : null;
   const failover = opts.failover ?? (cfg.MTA_FAILOVER_RELAY_URL ? new FailoverRelayDeliverer(cfg.MTA_FAILOVER_RELAY_URL, policy.reputation.relayTimeoutMs, stores.dkim) : undefined);
   const handler = deliverer ? createDispatcher({ pipeline, effects, deliverer, failover, clock: s.clock, log }) : null;
   // An address never observed stays out of the pool until a sweep sees it (DNSBL_MONITOR on).
@@ -473,6 +513,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     if (n > 0) log.info({ deleted: n }, 'pruned old delivery log rows');
     const r = await stores.feedbackReports.prune(policy.feedback.horizonMs);
     if (r > 0) log.info({ deleted: r }, 'pruned reports past the 16-day horizon');
+    const receipts = await submissionIntake.purge();
+    if (receipts > 0) log.info({ deleted: receipts }, 'purged submission receipts past their four days');
   };
 
   const inflight = new Set<Promise<unknown>>();
@@ -503,9 +545,13 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     handler,
     feedback,
     inbound,
+    submission: submissionServers,
     async start(peers) {
       relay.start(peers.webhookUrl);
+      appPasswords.setEventsUrl(peers.webhookUrl);
       await inbound.start();
+      await submissionServers?.starttls.start();
+      await submissionServers?.implicitTls?.start();
       if (handler) {
         worker = new Worker<MtaJobPayload>({
           queue,
@@ -543,6 +589,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       // A sweep or audit in flight finishes (its lookups now fail fast) before the stores close.
       await Promise.allSettled([...inflight]);
       for (const t of transportTimers) clearInterval(t);
+      await submissionServers?.starttls.stop();
+      await submissionServers?.implicitTls?.stop();
       await worker?.stop();
       await stores.logs.drain();
       await transport.tlsrpt.drain();

@@ -1,3 +1,4 @@
+import { isRawJob } from '../shared/contracts/mta.js';
 import type { Clock } from '../shared/clock.js';
 import type { Logger } from '../shared/log.js';
 import type { JobHandler } from '../shared/queue/worker.js';
@@ -20,6 +21,9 @@ export interface DispatchDeps {
 }
 
 export function toOutbound(job: MtaJobPayload): OutboundMessage {
+  if (isRawJob(job)) {
+    return { messageId: job.messageId, organizationId: job.organizationId, from: job.from, to: job.to, raw: job.raw, dkimDomain: job.dkimDomain, campaignId: job.campaignId ?? null };
+  }
   return {
     messageId: job.messageId,
     organizationId: job.organizationId,

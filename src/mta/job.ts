@@ -1,21 +1,24 @@
 import type { MtaJob } from '../shared/contracts/mta.js';
 
-/** The email job of mta.md (body of POST /send): the contract's type. */
+/** The email job of mta.md (body of POST /send, or a submitted message): the contract's type. */
 export type EmailJob = MtaJob;
 
-/** Queue payload: the job plus what /send derived from it once. */
-export interface MtaJobPayload extends EmailJob {
+/** What /send or the submission server derived from the job once. */
+export interface JobDerived {
   /** Recipient address, lowercase. */
   recipient: string;
   /** Recipient domain, lowercase. */
   domain: string;
   /** Engagement band name (`default` when the score is missing or unusable). */
   band: string;
-  /** Epoch ms when /send accepted the job. */
+  /** Epoch ms when the job was accepted. */
   acceptedAt: number;
   /** The MTA's own reports only (TLS-RPT): a pre-built MIME entity, see OutboundMessage.entity. */
   entity?: string;
 }
+
+/** Queue payload: the job (either content variant) plus what intake derived from it. */
+export type MtaJobPayload = EmailJob & JobDerived;
 
 /** Group key of the MTA queue (mta.md → Queue). */
 export const groupKeyOf = (ipPool: string, domain: string): string => `${ipPool}:${domain}`;

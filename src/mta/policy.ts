@@ -174,6 +174,18 @@ export interface MtaPolicy {
   adaptiveWarming: AdaptiveWarmingPolicy;
   /** POST /scan/attachment and the screening of submitted attachments (docs/mta.md → Content protection). */
   scan: ScanPolicy;
+  submission: {
+    /** mta.md → Limits: 25 MB. */
+    maxMessageBytes: number;
+    /** mta.md → Limits: the intake receipt is kept four days. */
+    receiptMs: number;
+    /** Failed AUTH attempts from one address within `windowMs` before it is banned for `banMs`. */
+    authFailures: { max: number; windowMs: number; banMs: number };
+    /** Organization of mail submitted with the master key (an organization key names its own). */
+    masterOrganizationId: string;
+    /** Group commit of intake (src/shared/batch.ts): transactions in flight, submissions and bytes per transaction. */
+    intakeBatch: { maxInFlight: number; maxItems: number; maxBytes: number };
+  };
 }
 
 export interface ScanPolicy {
@@ -370,6 +382,15 @@ export const DEFAULT_POLICY: MtaPolicy = {
     decoyExtensions: ['pdf', 'doc', 'docx', 'xls', 'xlsx', 'ppt', 'pptx', 'txt', 'csv', 'rtf', 'jpg', 'jpeg', 'png', 'gif', 'zip', 'mp3', 'mp4', 'htm', 'html'],
     executableExtensions: ['exe', 'scr', 'com', 'bat', 'cmd', 'pif', 'cpl', 'msi', 'js', 'jse', 'vbs', 'vbe', 'wsf', 'wsh', 'hta', 'jar', 'ps1', 'lnk', 'reg', 'dll'],
     clamd: { timeoutMs: 30_000, chunkBytes: 64 * 1024 },
+  },
+  // SMTP submission (docs/submission.md). Ten failures a minute is far above a mail client
+  // with a wrong password retrying, far below a guessing attack.
+  submission: {
+    maxMessageBytes: 25 * 1024 * 1024,
+    receiptMs: 4 * DAY,
+    authFailures: { max: 10, windowMs: MINUTE, banMs: 15 * MINUTE },
+    masterOrganizationId: 'default',
+    intakeBatch: { maxInFlight: 4, maxItems: 100, maxBytes: 64 * 1024 * 1024 },
   },
 };
 

@@ -1,3 +1,4 @@
+import { isRawJob } from '../shared/contracts/mta.js';
 import MailComposer from 'nodemailer/lib/mail-composer';
 import type { Logger } from '../shared/log.js';
 import type { MtaJobPayload } from './job.js';
@@ -18,7 +19,8 @@ export class HttpSpamScorer implements SpamScorer {
 
   async score(job: MtaJobPayload): Promise<number | null> {
     try {
-      const mime = await new MailComposer({
+      // A submitted message is scored as it was submitted.
+      const mime = isRawJob(job) ? Buffer.from(job.raw, 'base64') : await new MailComposer({
         from: job.from,
         to: job.to,
         subject: job.subject,

@@ -158,6 +158,12 @@ export const SPEC = {
   INBOUND_TLS_CERT: v(str, 'PEM certificate file; with INBOUND_TLS_KEY, STARTTLS is offered on the inbound listener'),
   INBOUND_TLS_KEY: v(str, 'PEM private key file of INBOUND_TLS_CERT'),
   INBOUND_MAX_MESSAGE_MB: v(posInt, 'inbound message size limit in MB, announced in EHLO SIZE', { default: 25 }),
+  SUBMISSION_ENABLED: v(bool, 'the SMTP submission listener (docs/submission.md); needs SUBMISSION_TLS_CERT and SUBMISSION_TLS_KEY', { default: false }),
+  SUBMISSION_PORT: v(port, 'SMTP submission port (STARTTLS); 0: any free port', { default: 587 }),
+  SUBMISSION_TLS_PORT: v(port, 'SMTP submission with implicit TLS (465); unset: off'),
+  SUBMISSION_HOST: v(str, 'address the submission listener binds (unset: all addresses)'),
+  SUBMISSION_TLS_CERT: v(str, 'PEM certificate file of the submission listener'),
+  SUBMISSION_TLS_KEY: v(str, 'PEM private key file of SUBMISSION_TLS_CERT'),
   DNS_SERVERS: v(list, 'resolvers host[:port] for every MTA DNS lookup (unset: system)'),
   // Reputation guard (docs/reputation.md). Every lookup goes through DNS_SERVERS.
   DNSBL_MONITOR: v(bool, 'blocklist monitoring: addresses listed on the critical zone, or never observed, leave the pool (off: no gating; for hosts without outbound DNS)', { default: false }),

@@ -11,6 +11,7 @@ import { apiKeyAuth } from './auth.js';
 import type { ApiDeps } from './deps.js';
 import { openApiRoute } from './openapi.js';
 import { adminKeyRoutes } from './routes-admin-keys.js';
+import { adminAppPasswordRoutes, verifyCredentialRoute } from './routes-app-passwords.js';
 import { contactRoutes } from './routes-contacts.js';
 import { eventRoutes } from './routes-events.js';
 import { transactionalRoutes } from './routes-transactional.js';
@@ -69,9 +70,11 @@ export async function registerApi(app: HttpApp, s: Services, providers: Provider
   await app.register(async (admin) => {
     jsonOnly(admin);
     adminKeyRoutes(admin, d, guard);
+    adminAppPasswordRoutes(admin, d, guard);
     adminTopicRoutes(admin, d, guard);
     providerRouteRoutes(admin, providers, guard);
   });
+  await verifyCredentialRoute(app, d);
   openApiRoute(app);
   return {
     async start() {},

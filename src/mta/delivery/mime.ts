@@ -226,3 +226,33 @@ export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMes
     droppedHeaders: dropped,
   };
 }
+
+/**
+ * The wire form of an already-built message (SMTP submission): its octets unchanged, with
+ * Message-ID and Date prepended only when the author left them out (RFC 5322 requires both;
+ * RFC 6409 §8 lets a submission server add them). Nothing else is touched, so the author's
+ * own signatures and structure survive; the DKIM-Signature goes in front of it all.
+ */
+export function buildRawMessage(msg: OutboundMessage, opts: Pick<BuildOptions, 'messageIdHeader' | 'date'>): BuiltMessage {
+  const from = requireMailbox(msg.from, 'from');
+  const to = requireMailbox(msg.to, 'to');
+  const octets = Buffer.from(msg.raw ?? '', 'base64').toString('latin1');
+  const end = octets.indexOf('\r\n\r\n');
+  const head = end < 0 ? octets : octets.slice(0, end + 2);
+  const has = (name: string) => new RegExp(`^${name}[ \\t]*:`, 'im').test(head);
+  let added = '';
+  if (!has('Message-ID')) added += field('Message-ID', opts.messageIdHeader);
+  if (!has('Date')) added += field('Date', rfc5322Date(opts.date));
+  const wire = added + octets;
+  return {
+    wire,
+    get raw() {
+      return Buffer.from(wire, 'latin1');
+    },
+    from,
+    to,
+    // eslint-disable-next-line no-control-regex
+    eightBit: /[^\x00-\x7f]/.test(octets),
+    droppedHeaders: [],
+  };
+}

@@ -10,7 +10,9 @@ export interface OutboundMessage {
   organizationId: string;
   from: string;
   to: string;
-  subject: string;
+  subject?: string;
+  /** Already-built MIME (base64 of its octets): sent as is, only our own header fields added. */
+  raw?: string;
   html?: string;
   text?: string;
   replyTo?: string;

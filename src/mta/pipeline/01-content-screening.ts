@@ -1,3 +1,4 @@
+import { isRawJob } from '../../shared/contracts/mta.js';
 import { domainOf } from '../../shared/mail/address.js';
 import { CONTINUE, drop, type Phase, type PhaseResult, type PipelineContext } from './types.js';
 
@@ -25,6 +26,12 @@ export function screen(ctx: PipelineContext): PhaseResult {
   const { job, deps } = ctx;
   const st = deps.settings;
   if (blank(job.from)) return drop('screened', 'missing_from');
+  if (isRawJob(job)) {
+    // Submitted MIME: intake checked its From and size; the links are screened in its octets.
+    if (job.dkimDomain.toLowerCase() !== domainOf(job.from)) return drop('screened', 'dkim_domain_mismatch');
+    if (st.urlBlocklist.size > 0 && blockedHost(Buffer.from(job.raw, 'base64').toString('latin1'), st.urlBlocklist)) return drop('screened', 'blocked_url');
+    return CONTINUE;
+  }
   if (blank(job.subject)) return drop('screened', 'missing_subject');
   if (job.dkimDomain.toLowerCase() !== domainOf(job.from)) return drop('screened', 'dkim_domain_mismatch');
   if (blank(job.html) && blank(job.text)) return drop('screened', 'empty_body');

@@ -134,7 +134,7 @@ export async function queueRoutes(app: HttpApp, m: MtaContext): Promise<void> {
         data: {
           ...summary(job),
           groupKey: job.groupKey,
-          subject: p?.subject ?? null,
+          subject: p && 'subject' in p ? p.subject : null,
           from: p?.from ?? null,
           finishedAt: iso(job.finishedAt),
           lastError: job.lastError,

@@ -1,6 +1,6 @@
 import { poolWithoutRule } from '../pipeline/07-resolve-pool.js';
 import { isUtf8 } from 'node:buffer';
-import { MtaJobAcceptedSchema, MtaJobSchema } from '../../shared/contracts/mta.js';
+import { MtaBuiltJobSchema, MtaJobAcceptedSchema, type MtaBuiltJob } from '../../shared/contracts/mta.js';
 import { AppError, badInput, forbidden } from '../../shared/errors.js';
 import { inputError, type HttpApp } from '../../shared/http.js';
 import { findInputFault, markChecked, type InputFault } from '../../shared/input.js';
@@ -8,7 +8,7 @@ import { asciiDomain, domainOf, normalizeAddress, parseMailbox } from '../../sha
 import { isHeaderName, isReservedHeader } from '../../shared/mail/headers.js';
 import type { MtaContext } from '../context.js';
 import { GroupCommit } from '../intake.js';
-import { groupKeyOf, type EmailJob, type MtaJobPayload } from '../job.js';
+import { groupKeyOf, type MtaJobPayload } from '../job.js';
 import { engagementBand } from '../policy.js';
 import { isDkimDomain } from '../stores/dkim.js';
 import { ErrorResponse } from './schemas.js';
@@ -47,12 +47,12 @@ function sendRoute(app: HttpApp, m: MtaContext, intake: GroupCommit<MtaJobPayloa
         tags: ['send'],
         summary: 'Queue one email',
         security: [{ bearer: [] }],
-        body: MtaJobSchema,
+        body: MtaBuiltJobSchema,
         response: { 202: MtaJobAcceptedSchema, 400: ErrorResponse, 401: ErrorResponse, 403: ErrorResponse, 429: ErrorResponse, 503: ErrorResponse },
       },
     },
     async (req, reply) => {
-      const body = req.body as EmailJob;
+      const body = req.body as MtaBuiltJob;
       const principal = req.mtaPrincipal!;
       if (principal.kind === 'org' && principal.organizationId !== body.organizationId) {
         throw forbidden('This API key may only send for its own organization', 'organization_mismatch');
@@ -122,7 +122,7 @@ export function readJobBody(body: Buffer): JobBody {
 }
 
 /** Field rules the schema cannot say; returns the queue payload. */
-function validate(m: MtaContext, body: EmailJob): MtaJobPayload {
+function validate(m: MtaContext, body: MtaBuiltJob): MtaJobPayload {
   // Stored normalized: routing, throttling and suppression use the A-label domain.
   const to = normalizeAddress(body.to);
   if (!to) throw badInput('to must be one email address (local@domain)', 'invalid_address');

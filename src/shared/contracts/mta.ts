@@ -18,42 +18,98 @@ const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
 export const IP_POOLS = ['transactional', 'campaign'] as const;
 export type IpPool = (typeof IP_POOLS)[number];
 
+/** The fields every job carries, whatever its content. */
+const JobCommon = {
+  messageId: Type.String({ minLength: 1, maxLength: 255, description: 'Unique ID for correlation (also the idempotency key per organization)' }),
+  to: Type.String({ minLength: 3, maxLength: 254, description: 'Recipient address' }),
+  from: Type.String({ minLength: 1, maxLength: 512, description: 'Sender: `a@b` or `Name <a@b>`' }),
+  ipPool: Type.Union(IP_POOLS.map((p) => Type.Literal(p))),
+  organizationId: Type.String({ minLength: 1, maxLength: 128, description: 'Scope of the circuit breaker and limits' }),
+  engagementScore: Type.Optional(
+    Type.Unknown({
+      description:
+        'Number from 0 to 100 (0 = cold). Omitted, null, non-finite or out-of-range values are treated as unknown (default band), never clamped.',
+    }),
+  ),
+  dkimDomain: Type.String({ minLength: 1, maxLength: 253, description: 'Domain used for DKIM signing; must equal the From domain' }),
+  campaignId: Type.Optional(Nullable(Type.String({ maxLength: 128, description: 'Provenance for bounce and complaint attribution' }))),
+};
+
 /**
- * The email job of mta.md (`POST {MTA_URL}/send`). Its content is built HTML/text today; a
- * job carrying already-built MIME (SMTP submission, inbound forwarding) will be a second
- * content variant of this schema (`raw` instead of `subject`/`html`/`text`), so every other
- * field and the queue payload derived from it stay as they are.
+ * The email job of mta.md (`POST {MTA_URL}/send`) with built content: the MTA composes the
+ * MIME from `subject`/`html`/`text`.
  */
-export const MtaJobSchema = Type.Object(
+export const MtaBuiltJobSchema = Type.Object(
   {
-    messageId: Type.String({ minLength: 1, maxLength: 255, description: 'Unique ID for correlation (also the idempotency key per organization)' }),
-    to: Type.String({ minLength: 3, maxLength: 254, description: 'Recipient address' }),
-    from: Type.String({ minLength: 1, maxLength: 512, description: 'Sender: `a@b` or `Name <a@b>`' }),
+    ...JobCommon,
     subject: Type.String({ maxLength: 998 }),
     html: Type.String({ description: 'HTML body' }),
     text: Type.Optional(Type.String({ description: 'Plain-text body' })),
     replyTo: Type.Optional(Type.String({ maxLength: 512 })),
     headers: Type.Optional(Type.Record(Type.String(), Type.String({ maxLength: 998 }), { maxProperties: 50, description: 'Extra headers' })),
-    ipPool: Type.Union(IP_POOLS.map((p) => Type.Literal(p))),
-    organizationId: Type.String({ minLength: 1, maxLength: 128, description: 'Scope of the circuit breaker and limits' }),
-    engagementScore: Type.Optional(
-      Type.Unknown({
-        description:
-          'Number from 0 to 100 (0 = cold). Omitted, null, non-finite or out-of-range values are treated as unknown (default band), never clamped.',
-      }),
-    ),
-    dkimDomain: Type.String({ minLength: 1, maxLength: 253, description: 'Domain used for DKIM signing; must equal the From domain' }),
-    campaignId: Type.Optional(Nullable(Type.String({ maxLength: 128, description: 'Provenance for bounce and complaint attribution' }))),
   },
   { additionalProperties: false },
 );
-export type MtaJob = Omit<Static<typeof MtaJobSchema>, 'ipPool'> & { ipPool: IpPool };
+
+/**
+ * The same job carrying already-built MIME (SMTP submission; inbound forwarding later):
+ * `raw` is the message's octets in base64 (JSON text cannot hold 8-bit octets). It is sent
+ * byte for byte; the MTA only adds the header fields it owns (DKIM-Signature, and Message-ID
+ * or Date when the message lacks them).
+ */
+export const MtaRawJobSchema = Type.Object(
+  {
+    ...JobCommon,
+    raw: Type.String({ minLength: 1, contentEncoding: 'base64', description: 'The RFC 5322 message, base64 of its octets' }),
+  },
+  { additionalProperties: false },
+);
+
+/**
+ * A job is one of the two content variants; every other field and the queue payload derived
+ * from it are the same. `POST /send` takes the built variant (MtaBuiltJobSchema); raw jobs
+ * enter through the MTA's own doors (SMTP submission).
+ */
+export const MtaJobSchema = Type.Union([MtaBuiltJobSchema, MtaRawJobSchema]);
+type WithPool<T> = Omit<T, 'ipPool'> & { ipPool: IpPool };
+export type MtaBuiltJob = WithPool<Static<typeof MtaBuiltJobSchema>>;
+export type MtaRawJob = WithPool<Static<typeof MtaRawJobSchema>>;
+export type MtaJob = MtaBuiltJob | MtaRawJob;
+/** A raw (already-built MIME) job. */
+export const isRawJob = <T extends object>(j: T): j is Extract<T, { raw: string }> => typeof (j as { raw?: unknown }).raw === 'string';
 
 /** `POST /send`'s 202 body (decisions.md). */
 export const MtaJobAcceptedSchema = Type.Object({
   data: Type.Object({ jobId: Type.String(), messageId: Type.String(), status: Type.Literal('queued') }),
 });
 export type MtaJobAccepted = Static<typeof MtaJobAcceptedSchema>;
+
+// ------------------------------------------------------------- credential verification
+
+/**
+ * `POST /webhooks/mta-verify-credential` (backend-api.md), signed like the MTA's events: the
+ * MTA asks whether a password given at SMTP AUTH is one of the backend's app passwords.
+ */
+/** App passwords start with this; the MTA asks the backend about no other password. */
+export const APP_PASSWORD_PREFIX = 'lm_app_';
+export const MtaVerifyCredentialSchema = Type.Object(
+  {
+    password: Type.String({ minLength: 1, maxLength: 512 }),
+    purpose: Type.Literal('submission'),
+  },
+  { additionalProperties: false },
+);
+export type MtaVerifyCredential = Static<typeof MtaVerifyCredentialSchema>;
+export const MtaVerifyCredentialResultSchema = Type.Object({
+  data: Type.Object({
+    valid: Type.Boolean(),
+    id: Type.Optional(Type.String()),
+    organizationId: Type.Optional(Type.String()),
+    /** Sender addresses or domains the password may use; empty: any the organization signs for. */
+    senders: Type.Optional(Type.Array(Type.String())),
+  }),
+});
+export type MtaVerifyCredentialResult = Static<typeof MtaVerifyCredentialResultSchema>;
 
 // ---------------------------------------------------------------------------- the events
 

@@ -5,7 +5,7 @@
 import type { Clock } from '../../../shared/clock.js';
 import type { EmailProvider, OutboundMessage, ProviderResult } from './types.js';
 import { PeerClient } from '../../../shared/net/peer.js';
-import type { MtaJob, MtaJobAccepted } from '../../../shared/contracts/mta.js';
+import type { MtaBuiltJob as MtaJob, MtaJobAccepted } from '../../../shared/contracts/mta.js';
 import { callProviderApi, type Post } from './http-call.js';
 
 /** Keep-alive sockets to the MTA, shared by every provider instance of this process. */
