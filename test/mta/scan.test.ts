@@ -14,6 +14,9 @@ import { silentLogger } from '../../src/shared/log.js';
 import { DEFAULT_POLICY } from '../../src/mta/policy.js';
 import { AttachmentScanner } from '../../src/mta/scan/index.js';
 import { screenAttachments } from '../../src/mta/scan/screen.js';
+import { contentScreening } from '../../src/mta/pipeline/01-content-screening.js';
+import { newContext } from '../../src/mta/pipeline/index.js';
+import type { MtaJobPayload } from '../../src/mta/job.js';
 import { clamdMissing, EICAR, startClamd, type Clamd } from '../harness/clamd.js';
 import { findFreePort } from '../harness/dns.js';
 import { MASTER, startMta, type TestMta } from './helpers.js';
@@ -147,6 +150,13 @@ describe.skipIf(missing)('POST /scan/attachment and GET /scan/health with a real
     const r = await scanner.scanMessage(bad);
     expect(r.attachments).toEqual([{ filename: 'readme.txt', findings: [expect.objectContaining({ check: 'malware' })] }]);
     expect(await screenAttachments(scanner, await build('hello', 'readme.txt'))).toEqual({ type: 'continue' });
+
+    // Phase 1 itself, on raw jobs as SMTP submission queues them.
+    const rawJob = (raw: Buffer): MtaJobPayload =>
+      ({ messageId: `raw-${raw.length}`, to: 'b@dest.example', from: 'a@sender.example', raw: raw.toString('base64'), ipPool: 'transactional', organizationId: 'org-1', dkimDomain: 'sender.example', engagementScore: null, band: 'default', acceptedAt: 0, recipient: 'b@dest.example', domain: 'dest.example' }) as unknown as MtaJobPayload;
+    const phase = (raw: Buffer) => contentScreening.run(newContext(t.mta.pipeline, 'job-raw', rawJob(raw)));
+    expect(await phase(bad)).toEqual({ type: 'drop', status: 'screened', reason: expect.stringMatching(/^attachment_malware:Eicar-Test-Signature/) });
+    expect(await phase(await build('hello', 'readme.txt'))).toEqual({ type: 'continue' });
   });
 });
 

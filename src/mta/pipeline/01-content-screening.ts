@@ -1,5 +1,6 @@
 import { isRawJob } from '../../shared/contracts/mta.js';
 import { domainOf } from '../../shared/mail/address.js';
+import { screenAttachments } from '../scan/screen.js';
 import { CONTINUE, drop, type Phase, type PhaseResult, type PipelineContext } from './types.js';
 
 const URL_HOST = /\bhttps?:\/\/([^\s"'<>/?#\\:@]+)/gi;
@@ -44,8 +45,9 @@ export function screen(ctx: PipelineContext): PhaseResult {
 
 /**
  * Phase 1: drop (`screened`) content that must not leave: DKIM domain not the From domain,
- * HTML over CONTENT_MAX_SIZE_KB, no body, missing From or Subject, a blocklisted link, or a
- * spam score above SPAMSCORER_REJECT_THRESHOLD (scorer optional; unreachable scorer fails open).
+ * HTML over CONTENT_MAX_SIZE_KB, no body, missing From or Subject, a blocklisted link, malware
+ * in an attachment of submitted (raw MIME) mail when a scanner is configured, or a spam score
+ * above SPAMSCORER_REJECT_THRESHOLD. The scanner and the scorer are optional and fail open.
  */
 export const contentScreening: Phase = {
   name: 'content_screening',
@@ -53,9 +55,12 @@ export const contentScreening: Phase = {
     const deps = ctx.deps;
     if (!deps.settings.contentScreeningEnabled) return CONTINUE;
     const r = screen(ctx);
-    if (r.type !== 'continue' || !deps.scorer) return r;
-    return deps.scorer.score(ctx.job).then((score) =>
-      score !== null && score > deps.settings.spamScorerThreshold ? drop('screened', 'spam_score') : CONTINUE,
-    );
+    if (r.type !== 'continue') return r;
+    const job = ctx.job;
+    const scorer = deps.scorer;
+    const score = (): PhaseResult | Promise<PhaseResult> =>
+      scorer ? scorer.score(job).then((s) => (s !== null && s > deps.settings.spamScorerThreshold ? drop('screened', 'spam_score') : CONTINUE)) : CONTINUE;
+    if (!isRawJob(job) || !deps.attachmentScanner) return score();
+    return screenAttachments(deps.attachmentScanner, Buffer.from(job.raw, 'base64')).then((a) => (a.type === 'continue' ? score() : a));
   },
 };
