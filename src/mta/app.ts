@@ -31,7 +31,7 @@ import { ipReputationRoutes } from './routes/ip-reputation.js';
 import { AddressAudit } from './reputation/audit.js';
 import { DnsblResolver, type Sleep } from './reputation/dnsbl.js';
 import { FailoverRelayDeliverer } from './reputation/failover.js';
-import { BlocklistMonitor } from './reputation/monitor.js';
+import { BlocklistMonitor, monitorEnabled } from './reputation/monitor.js';
 import { forwardConfirmed } from './reputation/rdns.js';
 import { createLookup } from '../shared/net/resolve.js';
 import { SafeHttpClient } from '../shared/net/client.js';
@@ -241,7 +241,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     events: relay,
     policy: policy.reputation,
     zones: { critical: cfg.DNSBL_CRITICAL_ZONE, warning: cfg.DNSBL_WARNING_ZONES },
-    enabled: cfg.DNSBL_MONITOR,
+    enabled: monitorEnabled(cfg),
     reverseDns: (ip, ehlo) => forwardConfirmed(ip, ehlo, { servers: dnsServers, timeoutMs: policy.reputation.queryTimeoutMs }),
   });
   const lookup = createLookup(dnsServers);
@@ -524,12 +524,12 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
   };
   // Leader-only reputation jobs: the lease is held for one period, so one instance runs each.
   const sweepLeader = async () => {
-    if (!cfg.DNSBL_MONITOR) return;
+    if (!monitorEnabled(cfg)) return;
     if (!(await s.coord.acquireLease('mta:leader:dnsbl-sweep', instanceId, policy.reputation.sweepEveryMs - 1_000))) return;
     await monitor.sweep();
   };
   const auditLeader = async (atStart: boolean) => {
-    if (!cfg.DNSBL_MONITOR) return;
+    if (!monitorEnabled(cfg)) return;
     // At start only when no audit from the last period is stored (first start, or a long stop).
     const last = atStart ? await audit.stored() : null;
     if (last && s.clock.now() - last.at < policy.reputation.auditEveryMs) return;

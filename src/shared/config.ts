@@ -166,7 +166,7 @@ export const SPEC = {
   SUBMISSION_TLS_KEY: v(str, 'PEM private key file of SUBMISSION_TLS_CERT'),
   DNS_SERVERS: v(list, 'resolvers host[:port] for every MTA DNS lookup (unset: system)'),
   // Reputation guard (docs/reputation.md). Every lookup goes through DNS_SERVERS.
-  DNSBL_MONITOR: v(bool, 'blocklist monitoring: addresses listed on the critical zone, or never observed, leave the pool (off: no gating; for hosts without outbound DNS)', { default: false }),
+  DNSBL_MONITOR: v(bool, 'blocklist monitoring: addresses listed on the critical zone, or never observed, leave the pool (unset: on in production, off otherwise; false: no gating, for hosts without outbound DNS)'),
   DNSBL_CRITICAL_ZONE: v(str, 'blocklist zone whose listing quarantines a sending IP', { default: 'zen.spamhaus.org' }),
   DNSBL_WARNING_ZONES: v(list, 'advisory blocklist zones of the monitor and the audit', { default: ['b.barracudacentral.org', 'bl.spamcop.net'] }),
   DNSBL_AUDIT_ZONES: v(list, 'further blocklist zones the audit asks', { default: ['psbl.surriel.com', 'all.s5h.net', 'ix.dnsbl.manitu.net'] }),

@@ -17,6 +17,15 @@ import type { ReverseDns } from './rdns.js';
 import type { DnsblResolver, DnsblResult, DnsblState, UnknownCause } from './dnsbl.js';
 
 /** IpStatus reasons the monitor owns (other marks, e.g. an operator's, are never lifted by it). */
+/**
+ * DNSBL_MONITOR, or its default: on in production (a listed IP must stop sending), off in
+ * development and tests, where the machine's resolver may not reach the blocklists (and tests
+ * must not ask them).
+ */
+export function monitorEnabled(config: { DNSBL_MONITOR: boolean | undefined; NODE_ENV: string }): boolean {
+  return config.DNSBL_MONITOR ?? config.NODE_ENV === 'production';
+}
+
 export const BLOCK_REASON = { listed: 'dnsbl_listed', notObserved: 'dnsbl_not_observed' } as const;
 
 export interface ZoneObservation {

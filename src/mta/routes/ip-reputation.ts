@@ -1,3 +1,4 @@
+import { monitorEnabled } from '../reputation/monitor.js';
 import { Type } from '@sinclair/typebox';
 import { notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
@@ -112,7 +113,7 @@ export async function ipReputationRoutes(app: HttpApp, m: MtaContext): Promise<v
         },
         last24h: recent.get(ip) ?? {},
         blocklist: {
-          monitored: m.services.config.DNSBL_MONITOR,
+          monitored: monitorEnabled(m.services.config),
           zones: zones.map((zone, i) => {
             const o = obs[ip]?.[zone];
             return {

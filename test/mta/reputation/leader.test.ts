@@ -5,6 +5,8 @@
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { DEFAULT_POLICY } from '../../../src/mta/policy.js';
+import { monitorEnabled } from '../../../src/mta/reputation/monitor.js';
+import { loadConfig } from '../../../src/shared/config.js';
 import { startDnsServer, type DnsServer } from '../../harness/dns.js';
 import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
 import { eventually, startMta } from '../helpers.js';
@@ -66,4 +68,13 @@ it('monitor off: no sweep, no audit, nothing gated', async () => {
   } finally {
     await t.close();
   }
+});
+
+it('DNSBL_MONITOR unset means on in production and off elsewhere; an explicit value wins', () => {
+  const cfg = (env: Record<string, string>) => loadConfig({ ...env });
+  expect(monitorEnabled(cfg({ NODE_ENV: 'production' }))).toBe(true);
+  expect(monitorEnabled(cfg({ NODE_ENV: 'development' }))).toBe(false);
+  expect(monitorEnabled(cfg({ NODE_ENV: 'test' }))).toBe(false);
+  expect(monitorEnabled(cfg({ NODE_ENV: 'production', DNSBL_MONITOR: 'false' }))).toBe(false);
+  expect(monitorEnabled(cfg({ NODE_ENV: 'development', DNSBL_MONITOR: 'true' }))).toBe(true);
 });
