@@ -52,27 +52,21 @@ function toLf(raw: Buffer | string): string {
   return s.indexOf('\r') < 0 ? s : s.replace(/\r\n?/g, '\n');
 }
 
-function address(v: string | null | undefined): string | null {
+function address(v: string | null | undefined, keepCase = false): string | null {
   if (!v) return null;
   const s = v.replace(/^\s*(rfc822|utf-8|x-[a-z0-9-]+)\s*;/i, '').trim();
   const angle = /<([^<>\s]+)>/.exec(s);
   const raw = (angle?.[1] ?? s).replace(/^<|>$/g, '').trim();
   const m = parseMailbox(raw);
-  return m ? m.address.toLowerCase() : addressInText(raw);
+  if (m) return keepCase ? m.address : m.address.toLowerCase();
+  return addressInText(raw);
 }
 
 /**
- * An envelope sender as written: our VERP tokens are case-sensitive base64url, so only the
- * domain is lower-cased (recipients are compared lower case; this one is verified).
+ * An envelope sender as written: our VERP tokens are case-sensitive base64url, so its local
+ * part keeps its case (the grammar lower-cases only the domain); recipients are compared lower case.
  */
-function envelopeAddress(v: string | null | undefined): string | null {
-  const a = address(v);
-  if (!a || !v) return a;
-  const exact = v.match(/[^\s<>;:]+@[^\s<>;]+/g)?.find((x) => x.toLowerCase() === a);
-  if (!exact) return a;
-  const at = exact.lastIndexOf('@');
-  return `${exact.slice(0, at)}@${exact.slice(at + 1).toLowerCase()}`;
-}
+const envelopeAddress = (v: string | null | undefined) => address(v, true);
 
 function strip(v: string | null | undefined): string | null {
   const s = v?.replace(/^\s*[a-z0-9-]+\s*;\s*/i, '').trim();
