@@ -98,7 +98,8 @@ describe.skipIf(!isRoot)(`a checkout in a 0700 directory, as root${isRoot ? '' :
     const mtaPort = await freePort();
     let cluster = '';
     for (const round of [1, 2]) {
-      const s = run('npm', ['start'], app, { PORT: String(port), MTA_PORT: String(mtaPort) });
+      // INBOUND_SMTP_PORT=0: port 25 (the default) is shared by other tests' sinks.
+      const s = run('npm', ['start'], app, { PORT: String(port), MTA_PORT: String(mtaPort), INBOUND_SMTP_PORT: '0' });
       groups.push(s.child.pid!);
       const deadline = Date.now() + 45_000;
       await waitHealthy(`http://127.0.0.1:${port}/api/v1/health`, deadline, s);
@@ -126,7 +127,7 @@ describe.skipIf(!isRoot)(`a checkout in a 0700 directory, as root${isRoot ? '' :
 
   it('an explicit DATA_DIR the postgres user cannot enter stays an error that says what to do', async () => {
     const dataDir = join(home, 'chosen');
-    const s = run(process.execPath, ['dist/cli.js', 'serve'], app, { DATA_DIR: dataDir, PORT: String(await freePort()), MTA_PORT: String(await freePort()) });
+    const s = run(process.execPath, ['dist/cli.js', 'serve'], app, { DATA_DIR: dataDir, PORT: String(await freePort()), MTA_PORT: String(await freePort()), INBOUND_SMTP_PORT: '0' });
     groups.push(s.child.pid!);
     expect(await s.exited).not.toBe(0);
     expect(s.out()).toContain(`DATA_DIR ${dataDir} is inside ${home}, which the postgres user cannot enter`);

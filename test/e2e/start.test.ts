@@ -62,7 +62,8 @@ describe('npm start on a fresh data directory', () => {
     port = await freePort();
     mtaPort = await freePort();
     // Only what a new user has: no DATABASE_URL, no REDIS_URL, no secrets.
-    env = { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: String(port), MTA_PORT: String(mtaPort), LOG_LEVEL: 'warn' };
+    // The inbound SMTP listener on any free port: 25 (its default) is shared by other tests' sinks.
+    env = { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: String(port), MTA_PORT: String(mtaPort), INBOUND_SMTP_PORT: '0', LOG_LEVEL: 'warn' };
   });
 
   afterAll(async () => {
