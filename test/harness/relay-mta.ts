@@ -10,10 +10,10 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findBinary, findFreePort, killProcess, pollUntil, run, spawnDaemon, StopPolling, tailLines } from './dns.js';
+import { probeGreeting } from './smtp-sink-postfix.js';
 
 export interface RelayMtaOptions {
   /** Loopback address the MTA listens on (default 127.0.0.1). */
@@ -66,28 +66,11 @@ async function supervise(
   };
 }
 
-/** Reads the greeting; resolves with its first line. */
-async function greeting(host: string, port: number): Promise<string> {
-  const sock = connect({ host, port });
-  sock.setTimeout(1000, () => sock.destroy(new Error('greeting timeout')));
-  try {
-    let buf = '';
-    for await (const chunk of sock) {
-      buf += (chunk as Buffer).toString('latin1');
-      if (buf.includes('\n')) break;
-    }
-    sock.end('QUIT\r\n');
-    return buf.split('\r\n')[0]!;
-  } finally {
-    sock.destroy();
-  }
-}
-
 async function waitForGreeting(host: string, port: number, name: string, alive: () => boolean, log: () => string): Promise<void> {
   await pollUntil(
     async () => {
       if (!alive()) throw new StopPolling(`${name} exited\n${log()}`);
-      const g = await greeting(host, port);
+      const g = await probeGreeting(host, port);
       if (!g.includes(name)) throw new StopPolling(`unexpected greeting "${g}"`);
       return true;
     },

@@ -45,7 +45,8 @@ export interface PostfixSmtpSink {
 }
 
 /** Reads the SMTP greeting and quits; resolves with the greeting line. */
-async function probeGreeting(host: string, port: number): Promise<string> {
+/** Reads an SMTP server's greeting line (also the relay harness's readiness probe). */
+export async function probeGreeting(host: string, port: number): Promise<string> {
   const sock = connect({ host, port });
   sock.setTimeout(1000, () => sock.destroy(new Error('greeting timeout')));
   try {
@@ -55,7 +56,7 @@ async function probeGreeting(host: string, port: number): Promise<string> {
       if (buf.includes('\n')) break;
     }
     sock.end('QUIT\r\n');
-    return buf.split('\r\n')[0];
+    return buf.split('\r\n')[0]!;
   } finally {
     sock.destroy();
   }
