@@ -200,6 +200,26 @@ const ComplainedData = Type.Object(
   Open,
 );
 
+/** One attachment of an inbound message, described (its bytes stay in `raw`). */
+const InboundAttachment = Type.Object(
+  { filename: Nullable(Str(255)), contentType: Str(255), size: Type.Integer({ minimum: 0 }), contentId: Type.Optional(Nullable(Str(998))) },
+  Open,
+);
+
+/** What the MTA's inbound authentication found (mailauth), and the header it wrote. */
+const InboundAuthentication = Type.Object(
+  {
+    /** The `Authentication-Results` header value the MTA added. */
+    header: Str(8000),
+    spf: Str(20),
+    dkim: Str(20),
+    dmarc: Str(20),
+    /** The DMARC policy of the From domain (`none`, `quarantine`, `reject`), if one was found. */
+    dmarcPolicy: Type.Optional(Nullable(Str(20))),
+  },
+  Open,
+);
+
 /** A message received for a routed address or mailbox. */
 const InboundReceivedData = Type.Object(
   {
@@ -212,6 +232,14 @@ const InboundReceivedData = Type.Object(
     inReplyTo: Nullable(Str(998)),
     references: Type.Array(Str(998), { maxItems: 100 }),
     receivedAt: Iso,
+    /** The route that took it (issue 18); absent from MTAs older than inbound routing. */
+    route: Type.Optional(Type.Object({ domain: Str(253), address: Str(64) }, Open)),
+    attachments: Type.Optional(Type.Array(InboundAttachment, { maxItems: 1000 })),
+    authentication: Type.Optional(InboundAuthentication),
+    /** Size of the message as received, in bytes. */
+    rawSize: Type.Optional(Type.Integer({ minimum: 0 })),
+    /** The message as received, base64: the backend keeps the bytes (`GET /admin/inbox/:id/raw`). */
+    raw: Type.Optional(Type.String()),
   },
   Open,
 );
@@ -293,3 +321,33 @@ export type MtaEventEnvelope<K extends MtaEventName = MtaEventName> = { id: stri
 export const MTA_EVENT_BATCH_MAX = 500;
 
 export const isMtaEventName = (s: string): s is MtaEventName => (MTA_EVENT_NAMES as string[]).includes(s);
+
+// ------------------------------------------------------------ personal-mailbox delivery
+
+/**
+ * `POST /webhooks/mta-mailbox` (backend-api.md), signed like the MTA's events: mail for an
+ * address in the MTA's mailbox cache. The MTA posts it through its outbox, so it waits while
+ * the backend is down; `id` is stable across retries and the backend stores it at most once.
+ */
+export const MtaMailboxDeliverySchema = Type.Object(
+  {
+    id: Type.String({ minLength: 1, maxLength: 200 }),
+    mailboxId: Type.String({ minLength: 1, maxLength: 200 }),
+    organizationId: Type.String({ minLength: 1, maxLength: 128 }),
+    /** The envelope recipient that matched the cache entry. */
+    address: Type.String({ minLength: 3, maxLength: 254 }),
+    envelopeFrom: Type.String({ maxLength: 998 }),
+    receivedAt: Iso,
+    authentication: InboundAuthentication,
+    rawSize: Type.Integer({ minimum: 0 }),
+    /** The message as received plus the MTA's Authentication-Results header, base64. */
+    raw: Type.String({ minLength: 1 }),
+  },
+  { additionalProperties: true },
+);
+export type MtaMailboxDelivery = Static<typeof MtaMailboxDeliverySchema>;
+/** The backend's answer: `usedBytes` after storing, which the MTA keeps beside the entry's quota. */
+export const MtaMailboxDeliveryResultSchema = Type.Object({
+  data: Type.Object({ stored: Type.Boolean(), duplicate: Type.Boolean(), usedBytes: Type.Integer({ minimum: 0 }) }),
+});
+export type MtaMailboxDeliveryResult = Static<typeof MtaMailboxDeliveryResultSchema>;
