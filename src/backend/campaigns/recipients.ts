@@ -7,6 +7,7 @@
 import type { Db } from '../../shared/db/pool.js';
 import { toIso } from '../../shared/clock.js';
 import { badInput } from '../../shared/errors.js';
+export { csvField } from '../../shared/csv.js';
 import { RECIPIENT_STATE_OF, RECIPIENTS, type RecipientState } from './policy.js';
 
 export interface RecipientRecord {
@@ -109,11 +110,3 @@ export const RETRYABLE = `
    ORDER BY l.contact_id`;
 
 export const retryArgs = (campaignId: string, topicId: string) => [campaignId, [...RECIPIENTS.retryStatuses], RECIPIENTS.retrySoftBounces, topicId];
-
-const CSV_SPECIAL = /[",\r\n]/;
-/** One CSV field (RFC 4180); a leading =, +, - or @ is prefixed with ' so spreadsheets do not run it. */
-export function csvField(v: string | null): string {
-  if (v === null) return '';
-  const safe = /^[=+\-@\t\r]/.test(v) ? `'${v}` : v;
-  return CSV_SPECIAL.test(safe) ? `"${safe.replace(/"/g, '""')}"` : safe;
-}
