@@ -96,7 +96,7 @@ export function adminAccountRoutes(app: HttpApp, d: AdminRouteDeps): void {
       if (lockout > 0) throw throttled(lockout);
       throw unauthenticated('Wrong email or password', 'invalid_credentials');
     }
-    await clearAccount(d.db, b.email);
+    await clearAccount(d.db, b.email, now);
     return login(req, reply, u, 200);
   });
 
