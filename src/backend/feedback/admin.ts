@@ -154,6 +154,27 @@ async function inboxRaw(db: Db, id: string): Promise<Buffer> {
   return r.rows[0].raw;
 }
 
+type Described = { filename?: string | null; contentType?: string; size?: number; contentId?: string | null };
+
+/**
+ * The parsed attachment the `index`th description names. The MTA's parser may order parts
+ * differently (inline parts of multipart/related first, or not): matched by Content-ID, then
+ * filename and size, then filename; by position only when the MTA described none.
+ */
+export function pickAttachment<A extends { filename?: string; size: number; contentId?: string; contentType: string }>(parsed: A[], described: Described[], index: number): A | undefined {
+  if (described.length === 0) return parsed[index];
+  const d = described[index];
+  if (!d) return undefined;
+  const bare = (cid: string | null | undefined) => (cid ? cid.replace(/^<|>$/g, '').toLowerCase() : null);
+  const cid = bare(d.contentId);
+  return (
+    (cid ? parsed.find((a) => bare(a.contentId) === cid) : undefined) ??
+    parsed.find((a) => d.filename != null && a.filename === d.filename && a.size === d.size) ??
+    parsed.find((a) => d.filename != null && a.filename === d.filename) ??
+    (parsed.length === described.length ? parsed[index] : undefined)
+  );
+}
+
 /** `filename*` (RFC 6266/8187) with an ASCII fallback, so any name is safe in the header. */
 export function attachmentDisposition(name: string | null | undefined, fallback: string): string {
   const n = (name ?? '').replace(/[\r\n"\\]/g, '').trim() || fallback;
@@ -199,13 +220,14 @@ export function feedbackAdminRoutes(app: HttpApp, deps: AdminDeps): void {
         .send(raw);
     });
 
-    // The bytes of one attachment, parsed from the stored message (mailparser, the order of
-    // the detail's `attachments`): nothing but the message is stored twice.
+    // The bytes of one attachment of the detail's list (the MTA's descriptions, in its
+    // order), parsed from the stored message with mailparser: nothing is stored twice.
     const AttachmentParams = Type.Object({ id: Type.String({ maxLength: 100 }), index: Type.Integer({ minimum: 0, maximum: 999 }) });
     scope.get('/admin/inbox/:id/attachments/:index', { schema: { params: AttachmentParams } }, async (req, reply) => {
       const raw = await inboxRaw(deps.db, req.params.id);
+      const described = (await deps.db.query<{ attachments: Described[] }>('SELECT attachments FROM feedback_inbox WHERE id = $1', [req.params.id])).rows[0]?.attachments ?? [];
       const parsed = await simpleParser(raw, { skipHtmlToText: true, skipTextToHtml: true, skipImageLinks: true });
-      const a = parsed.attachments[req.params.index];
+      const a = pickAttachment(parsed.attachments, described, req.params.index);
       if (!a) throw notFound(`This message has no attachment ${req.params.index}`, 'attachment_not_found');
       return reply
         .header('content-type', a.contentType || 'application/octet-stream')
