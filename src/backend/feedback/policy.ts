@@ -112,9 +112,9 @@ export const ACTIVITY_STATUSES: ReadonlySet<LifecycleStatus> = new Set([
 
 /**
  * Bytes of webhook bodies the backend receives at once, all inbound routes together
- * (src/shared/body-budget.ts). The MTA posts at most 4 batches at a time (up to 10 MiB each
- * with inbound messages); 64 MiB leaves room for the providers while a flood of forged
- * signatures cannot buffer more than this.
+ * (src/shared/body-budget.ts), at least: 64 MiB leaves room for the providers while a flood of
+ * forged signatures cannot buffer more than this. inboundBodyLimits raises it so that two
+ * inbound messages of the MTA's largest size fit at once.
  */
 export const WEBHOOK_BODY_BUDGET_BYTES = 64 * 1024 * 1024;
 
