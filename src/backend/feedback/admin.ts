@@ -226,7 +226,9 @@ export function feedbackAdminRoutes(app: HttpApp, deps: AdminDeps): void {
     scope.get('/admin/inbox/:id/attachments/:index', { schema: { params: AttachmentParams } }, async (req, reply) => {
       const raw = await inboxRaw(deps.db, req.params.id);
       const described = (await deps.db.query<{ attachments: Described[] }>('SELECT attachments FROM feedback_inbox WHERE id = $1', [req.params.id])).rows[0]?.attachments ?? [];
-      const parsed = await simpleParser(raw, { skipHtmlToText: true, skipTextToHtml: true, skipImageLinks: true });
+      // A message the parser cannot read still has its raw bytes (`/raw`); only this view fails.
+      const parsed = await simpleParser(raw, { skipHtmlToText: true, skipTextToHtml: true, skipImageLinks: true }).catch(() => null);
+      if (!parsed) throw notFound('The stored message cannot be parsed; its raw bytes are at /raw', 'attachment_not_found');
       const a = pickAttachment(parsed.attachments, described, req.params.index);
       if (!a) throw notFound(`This message has no attachment ${req.params.index}`, 'attachment_not_found');
       return reply

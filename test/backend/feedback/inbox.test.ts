@@ -136,6 +136,16 @@ describe('raw messages, attachments and authentication', () => {
     expect(raw.body.error.data.reason).toBe('raw_not_kept');
   });
 
+  it('bytes that are not a MIME message are kept as they came; only the attachment view has nothing to show', async () => {
+    const junk = Buffer.concat([randomBytes(4096), Buffer.from('\r\n\r\n--x\r\n'), randomBytes(100)]);
+    expect((await inbound({ subject: 'unparseable', raw: junk.toString('base64'), rawSize: junk.length, receivedAt: new Date(app.clock.now()).toISOString() })).status).toBe(200);
+    const id = (await admin('/admin/inbox?q=unparseable')).body.data[0].id;
+    expect((await admin(`/admin/inbox/${id}/raw`)).bytes.equals(junk)).toBe(true);
+    const att = await admin(`/admin/inbox/${id}/attachments/0`);
+    expect(att.status).toBe(404);
+    expect(att.body.error.data.reason).toBe('attachment_not_found');
+  });
+
   it('raw that is not base64 is refused in the envelope and nothing is stored', async () => {
     const before = await feedbackState(db);
     const r = await inbound({ subject: 'bad raw', raw: 'not*base64!' });
