@@ -50,8 +50,9 @@ export function parseDelivery(body: Buffer): { delivery: MtaMailboxDelivery; raw
 
 /** From and Subject for listings, from the header block alone (bounded: the body is never parsed here). */
 async function headline(raw: Buffer): Promise<{ from: string | null; subject: string | null }> {
-  const end = raw.indexOf('\r\n\r\n');
-  const head = raw.subarray(0, Math.min(end < 0 ? raw.length : end, 256 * 1024));
+  // The first blank line, CRLF or bare LF (some senders' mail arrives with bare LFs).
+  const ends = [raw.indexOf('\r\n\r\n'), raw.indexOf('\n\n')].filter((i) => i >= 0);
+  const head = raw.subarray(0, Math.min(ends.length ? Math.min(...ends) : raw.length, 256 * 1024));
   try {
     const p = await simpleParser(Buffer.concat([head, Buffer.from('\r\n\r\n')]), { skipHtmlToText: true, skipTextToHtml: true, skipImageLinks: true });
     return { from: p.from?.text?.slice(0, 1000) ?? null, subject: p.subject?.slice(0, 998) ?? null };

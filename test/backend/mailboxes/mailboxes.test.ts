@@ -130,6 +130,15 @@ describe('POST /webhooks/mta-mailbox', () => {
     expect(Buffer.from(await res.arrayBuffer()).equals(raw)).toBe(true);
   });
 
+  it('a message with bare LF line ends is listed with its From and Subject, and its bytes are kept as they came', async () => {
+    const raw = Buffer.from('From: Bare <bare@example.test>\nSubject: bare LF\n\nbody line\nSubject: not a header\n');
+    expect((await deliver(JSON.stringify(delivery(anna, raw, 'dlv_bare')))).body.data.stored).toBe(true);
+    const m = (await admin('GET', `/admin/mailboxes/${anna.id}/messages`)).body.data.find((x: any) => x.deliveryId === 'dlv_bare');
+    expect(m).toMatchObject({ subject: 'bare LF', from: '"Bare" <bare@example.test>', storedBytes: raw.length });
+    const res = await fetch(b.url + m.rawUrl, { headers: { authorization: 'Bearer test-admin-token-0123456789abcdef' } });
+    expect(Buffer.from(await res.arrayBuffer()).equals(raw)).toBe(true);
+  });
+
   it('unsigned, wrongly signed and stale deliveries are refused with 401 in the envelope; nothing is stored', async () => {
     const before = await count();
     const body = JSON.stringify(delivery(anna, message('forged')));
