@@ -11,8 +11,9 @@ import { tx, type Db } from '../../shared/db/pool.js';
 import type { Queue } from '../../shared/queue/queue.js';
 import type { EnqueueInput } from '../../shared/queue/types.js';
 import { domainOf } from '../../shared/mail/address.js';
-import { groupKeyOf, type MtaJobPayload } from '../job.js';
+import { groupKeyOf, type MtaQueuedPayload } from '../job.js';
 import type { MtaPolicy } from '../policy.js';
+import { BODY_INSERT, bodyValues, type SubmissionBodies } from './bodies.js';
 
 export type SubmissionPrincipal =
   | { kind: 'master'; organizationId: string }
@@ -56,7 +57,8 @@ export class SubmissionIntake {
 
   constructor(
     private readonly db: Db,
-    private readonly queue: Queue<MtaJobPayload>,
+    private readonly queue: Queue<MtaQueuedPayload>,
+    private readonly bodies: SubmissionBodies,
     private readonly clock: Clock,
     private readonly policy: MtaPolicy,
   ) {
@@ -71,7 +73,8 @@ export class SubmissionIntake {
     const bytes = createHash('sha256').update(s.data).digest('base64url');
     const binding = h(who, s.sender, bytes);
     const identity = s.dedupOff ? h('fresh', randomBytes(16).toString('hex')) : s.key !== undefined ? h('key', who, s.key) : h('auto', binding);
-    const r = await this.batcher.submit({ s, identity, binding }, s.raw.length * s.recipients.length);
+    // The octets are stored once, whatever the number of recipients.
+    const r = await this.batcher.submit({ s, identity, binding }, s.raw.length);
     if (r instanceof KeyReuseError) throw r;
     return r;
   }
@@ -83,36 +86,48 @@ export class SubmissionIntake {
       const results: (string[] | KeyReuseError | Map<string, string>)[] = new Array(items.length);
       // Receipts are locked in one order, so two batches holding the same identities cannot deadlock.
       const order = items.map((_, i) => i).sort((a, b) => (items[a]!.identity < items[b]!.identity ? -1 : items[a]!.identity > items[b]!.identity ? 1 : a - b));
-      const inputs: EnqueueInput<MtaJobPayload>[] = [];
+      const inputs: EnqueueInput<MtaQueuedPayload>[] = [];
+      // One body per submission that queues anything; inputs[k] reads bodyOf[k].
+      const bodies: { id: string; raw: Buffer; jobIds: string[] }[] = [];
+      const bodyOf: number[] = [];
       const wanted: { item: number; identity: string; rcpt: string; at: number }[] = [];
       const planned = new Map<string, number>();
-      // Set-based: three statements for the whole batch, whatever its size.
+      // Set-based: three statements for the usual batch (receipts, jobs, bodies with the
+      // receipts' job rows), whatever its size; two more when identities are retried.
       // One row per identity: the first submission of it in the batch binds it.
       const firstOf = new Map<string, string>();
       for (const n of order) if (!firstOf.has(items[n]!.identity)) firstOf.set(items[n]!.identity, items[n]!.binding);
       const ids0 = [...firstOf.keys()];
-      await c.query(
-        'INSERT INTO mta_submission_receipts (identity, binding, expires_at) SELECT i, b, $3 FROM unnest($1::text[], $2::text[]) AS u (i, b) ORDER BY i ON CONFLICT (identity) DO NOTHING',
-        [ids0, [...firstOf.values()], expires],
-      );
-      // Inserted, or the existing rows locked (in identity order), so concurrent retries of one identity queue once.
-      const rows = await c.query<{ identity: string; binding: string; expires_at: string }>(
-        'SELECT identity, binding, expires_at FROM mta_submission_receipts WHERE identity = ANY ($1::text[]) ORDER BY identity FOR UPDATE',
-        [ids0],
-      );
-      const receipt = new Map(rows.rows.map((r) => [r.identity, r]));
-      const expired = rows.rows.filter((r) => Number(r.expires_at) <= now).map((r) => r.identity);
-      if (expired.length > 0) {
-        // Past their four days, not purged yet: as if gone (rebound to this attempt's binding).
-        await c.query('DELETE FROM mta_submission_jobs WHERE identity = ANY ($1::text[])', [expired]);
-        for (const id of expired) {
-          const binding = firstOf.get(id)!;
-          await c.query('UPDATE mta_submission_receipts SET binding = $2, expires_at = $3 WHERE identity = $1', [id, binding, expires]);
-          receipt.set(id, { identity: id, binding, expires_at: String(expires) });
+      // The usual batch holds only new identities: their rows, inserted (and so locked) here, are
+      // bound to this attempt and have no jobs yet, so the lock and lookup below are skipped.
+      const inserted = await c.query<{ identity: string }>({
+        name: 'lm_submission_receipts_insert',
+        text: 'INSERT INTO mta_submission_receipts (identity, binding, expires_at) SELECT i, b, $3 FROM unnest($1::text[], $2::text[]) AS u (i, b) ORDER BY i ON CONFLICT (identity) DO NOTHING RETURNING identity',
+        values: [ids0, [...firstOf.values()], expires],
+      });
+      const receipt = new Map<string, { binding: string }>(inserted.rows.map((r) => [r.identity, { binding: firstOf.get(r.identity)! }]));
+      const existing = ids0.filter((i) => !receipt.has(i));
+      const known = new Map<string, string>();
+      if (existing.length > 0) {
+        // Existing rows locked (in identity order), so concurrent retries of one identity queue once.
+        const rows = await c.query<{ identity: string; binding: string; expires_at: string }>(
+          'SELECT identity, binding, expires_at FROM mta_submission_receipts WHERE identity = ANY ($1::text[]) ORDER BY identity FOR UPDATE',
+          [existing],
+        );
+        for (const r of rows.rows) receipt.set(r.identity, r);
+        const expired = rows.rows.filter((r) => Number(r.expires_at) <= now).map((r) => r.identity);
+        if (expired.length > 0) {
+          // Past their four days, not purged yet: as if gone (rebound to this attempt's binding).
+          await c.query('DELETE FROM mta_submission_jobs WHERE identity = ANY ($1::text[])', [expired]);
+          for (const id of expired) {
+            const binding = firstOf.get(id)!;
+            await c.query('UPDATE mta_submission_receipts SET binding = $2, expires_at = $3 WHERE identity = $1', [id, binding, expires]);
+            receipt.set(id, { binding });
+          }
         }
+        const knownRows = await c.query<{ identity: string; recipient: string; job_id: string }>('SELECT identity, recipient, job_id FROM mta_submission_jobs WHERE identity = ANY ($1::text[])', [existing]);
+        for (const k of knownRows.rows) known.set(`${k.identity}\0${k.recipient}`, k.job_id);
       }
-      const knownRows = await c.query<{ identity: string; recipient: string; job_id: string }>('SELECT identity, recipient, job_id FROM mta_submission_jobs WHERE identity = ANY ($1::text[])', [ids0]);
-      const known = new Map<string, string>(knownRows.rows.map((k) => [`${k.identity}\0${k.recipient}`, k.job_id]));
       for (const n of order) {
         const { s, identity, binding } = items[n]!;
         if (receipt.get(identity)!.binding !== binding) {
@@ -121,14 +136,16 @@ export class SubmissionIntake {
         }
         const recipients = [...new Set(s.recipients)];
         results[n] = new Map(recipients.filter((r) => known.has(`${identity}\0${r}`)).map((r) => [r, known.get(`${identity}\0${r}`)!]));
-        const raw = s.raw.toString('base64');
+        let body = -1;
         for (const to of recipients) {
           if ((results[n] as Map<string, string>).has(to)) continue;
           // The same identity twice in one batch: its job is enqueued once and both get its id.
           const key = `${identity}\0${to}`;
           let at = planned.get(key);
           if (at === undefined) {
-            at = inputs.push(this.input(s, identity, to, raw, now)) - 1;
+            if (body < 0) body = bodies.push({ id: this.bodies.newId(), raw: s.raw, jobIds: [] }) - 1;
+            at = inputs.push(this.input(s, identity, to, bodies[body]!.id, now)) - 1;
+            bodyOf[at] = body;
             planned.set(key, at);
           }
           wanted.push({ item: n, identity, rcpt: to, at });
@@ -136,24 +153,26 @@ export class SubmissionIntake {
       }
       if (inputs.length > 0) {
         const ids = await this.queue.enqueueMany(inputs, c);
-        await c.query(
-          'INSERT INTO mta_submission_jobs (identity, recipient, job_id) SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) ON CONFLICT DO NOTHING',
-          [wanted.map((w) => w.identity), wanted.map((w) => w.rcpt), wanted.map((w) => ids[w.at]!)],
-        );
+        ids.forEach((id, k) => bodies[bodyOf[k]!]!.jobIds.push(id));
+        await c.query({
+          name: 'lm_submission_jobs_insert',
+          text: `WITH bodies AS (${BODY_INSERT}) INSERT INTO mta_submission_jobs (identity, recipient, job_id) SELECT * FROM unnest($7::text[], $8::text[], $9::text[]) ON CONFLICT DO NOTHING`,
+          values: [...bodyValues(bodies, now), wanted.map((w) => w.identity), wanted.map((w) => w.rcpt), wanted.map((w) => ids[w.at]!)],
+        });
         for (const w of wanted) (results[w.item] as Map<string, string>).set(w.rcpt, ids[w.at]!);
       }
       return results.map((r, n) => (r instanceof Map ? items[n]!.s.recipients.map((rcpt) => r.get(rcpt)!) : (r as KeyReuseError)));
     });
   }
 
-  private input(s: Submission, identity: string, to: string, raw: string, now: number): EnqueueInput<MtaJobPayload> {
+  private input(s: Submission, identity: string, to: string, rawBody: string, now: number): EnqueueInput<MtaQueuedPayload> {
     const org = s.principal.organizationId;
     const messageId = messageIdOf(identity, to);
-    const payload: MtaJobPayload = {
+    const payload: MtaQueuedPayload = {
       messageId,
       to,
       from: s.from,
-      raw,
+      rawBody,
       ipPool: 'transactional',
       organizationId: org,
       dkimDomain: s.dkimDomain,
