@@ -18,14 +18,14 @@
  * BENCH_N messages per measurement (default 4000), BENCH_ROUNDS rounds (default 3). Needs root (Postfix's master).
  */
 import { Agent, request } from 'node:http';
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generateKeyPairSync } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { systemClock } from '../src/shared/clock.js';
-import { createPool } from '../src/shared/db/pool.js';
+import { createPool, type Db } from '../src/shared/db/pool.js';
 import { migrate } from '../src/shared/db/migrate.js';
 import { PgDkimKeyStore } from '../src/mta/stores/dkim.js';
 import { findBinary, findFreePort } from '../test/harness/dns.js';
@@ -102,7 +102,7 @@ async function httpRate(base: string, tag: string, n: number): Promise<number> {
 }
 
 /** Postfix's master with smtpd (STARTTLS offered) on POSTFIX_HOST, delivery `discard`. */
-async function startPostfix(certFile: string, keyFile: string): Promise<{ port: number; stop: () => Promise<void> }> {
+async function startPostfix(certFile: string, keyFile: string): Promise<{ port: number; cpuMs: () => number; stop: () => Promise<void> }> {
   const postfix = findBinary('postfix');
   const dir = mkdtempSync(join(tmpdir(), 'lm-bench-postfix-tls-'));
   chmodSync(dir, 0o755);
@@ -154,11 +154,46 @@ async function startPostfix(certFile: string, keyFile: string): Promise<{ port: 
     await run(postfix, ['-c', etc, 'check']);
     await run(postfix, ['-c', etc, 'start']);
     await new Promise((r) => setTimeout(r, 1_000));
-    return { port, stop };
+    const master = Number(readFileSync(join(dir, 'spool', 'pid', 'master.pid'), 'utf8').trim());
+    return { port, cpuMs: () => treeCpuMs(master), stop };
   } catch (err) {
     await stop();
     throw err;
   }
+}
+
+/** CPU ms of a process and, for a master like Postfix's, its live children and the reaped ones (cutime/cstime). */
+function treeCpuMs(root: number): number {
+  const stat = (pid: number) => {
+    try {
+      const t = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      return t.slice(t.lastIndexOf(')') + 2).split(' ');
+    } catch {
+      return null; // ended meanwhile
+    }
+  };
+  let ms = 0;
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const f = stat(Number(name));
+    if (!f || (Number(name) !== root && Number(f[1]) !== root)) continue;
+    ms += (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) * 10;
+  }
+  return ms;
+}
+
+/** CPU ms of the PostgreSQL backends serving the scratch database (the product's connections). */
+async function backendsCpuMs(db: Db): Promise<number> {
+  const r = await db.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()');
+  return r.rows.reduce((sum, { pid }) => {
+    try {
+      const t = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const f = t.slice(t.lastIndexOf(')') + 2).split(' ');
+      return sum + (Number(f[11]) + Number(f[12])) * 10;
+    } catch {
+      return sum;
+    }
+  }, 0);
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -208,14 +243,23 @@ async function main(): Promise<void> {
     const http: number[] = [];
     const pf: number[] = [];
     let plain: number | null = null;
+    const cpu = { smtp: [] as number[], http: [] as number[], postfix: [] as number[] };
     try {
       await submissionRate(port, certs.caCert, 'warm-smtp', Math.min(300, N));
       await httpRate(product.mtaUrl!, 'warm-http', Math.min(300, N));
       await clientRate({ host: POSTFIX_HOST, port: postfix.port, ca: certs.caCert, tag: 'warm-postfix', n: Math.min(300, N) });
+      // Server CPU per message: the product with its PostgreSQL backends; Postfix with all its processes.
+      const ours = async () => product.cpuMs().total + (await backendsCpuMs(db));
+      const measure = async (run: () => Promise<number>, cpu: () => Promise<number>, cpuOut: number[]) => {
+        const c0 = await cpu();
+        const rate = await run();
+        cpuOut.push((await cpu()) - c0);
+        return rate;
+      };
       for (let r = 0; r < ROUNDS; r++) {
-        smtp.push(await submissionRate(port, certs.caCert, `smtp${r}`, N));
-        http.push(await httpRate(product.mtaUrl!, `http${r}`, N));
-        pf.push(await clientRate({ host: POSTFIX_HOST, port: postfix.port, ca: certs.caCert, tag: `postfix${r}`, n: N }));
+        smtp.push(await measure(() => submissionRate(port, certs.caCert, `smtp${r}`, N), ours, cpu.smtp));
+        http.push(await measure(() => httpRate(product.mtaUrl!, `http${r}`, N), ours, cpu.http));
+        pf.push(await measure(() => clientRate({ host: POSTFIX_HOST, port: postfix.port, ca: certs.caCert, tag: `postfix${r}`, n: N }), async () => postfix.cpuMs(), cpu.postfix));
       }
       if (process.env.BENCH_SMTP_SOURCE) {
         plain = (await runSmtpSource({ host: POSTFIX_HOST, port: postfix.port, messages: N, sessions: CLIENTS, sizeBytes: SIZE, reuseConnection: true, timeoutMs: 300_000 })).rate;
@@ -231,6 +275,8 @@ async function main(): Promise<void> {
     console.log(`  submission (STARTTLS, AUTH, durable intake):  ${f(s)} msg/s ${all(smtp)}`);
     console.log(`  POST /send (same messages, keep-alive):       ${f(h)} msg/s ${all(http)}   submission/http    = ${(s / h).toFixed(2)}  (goal ≥ 0.7)`);
     console.log(`  Postfix smtpd + STARTTLS (same SMTP client):  ${f(p)} msg/s ${all(pf)}   submission/postfix = ${(s / p).toFixed(2)}  (goal ≥ 1.0)`);
+    const per = (xs: number[]) => (median(xs) / N).toFixed(2);
+    console.log(`  server CPU ms per message (medians): submission ${per(cpu.smtp)} (product + its PostgreSQL backends), POST /send ${per(cpu.http)}, Postfix ${per(cpu.postfix)} (all its processes)`);
     if (plain !== null) console.log(`  Postfix smtpd, plain text, smtp-source:       ${f(plain)} msg/s   submission/postfix-plain = ${(s / plain).toFixed(2)}`);
   } finally {
     await db.end().catch(() => {});

@@ -43,6 +43,15 @@ export interface Submission {
   dedupOff: boolean;
 }
 
+/** The optimistic write met a receipt that exists (rolled back, written again reading it). */
+class ReceiptExists extends Error {}
+
+// One row per identity, in identity order (lock order). $1 identities, $2 bindings, $3 expiry.
+const RECEIPT_INSERT =
+  'INSERT INTO mta_submission_receipts (identity, binding, expires_at) SELECT i, b, $3 FROM unnest($1::text[], $2::text[]) AS u (i, b) ORDER BY i ON CONFLICT (identity) DO NOTHING';
+// $7 identities, $8 recipients, $9 job ids (after bodyValues' $1–$6).
+const JOBS_INSERT = 'INSERT INTO mta_submission_jobs (identity, recipient, job_id) SELECT * FROM unnest($7::text[], $8::text[], $9::text[]) ON CONFLICT DO NOTHING';
+
 const h = (...parts: string[]) => createHash('sha256').update(parts.join('\0')).digest('base64url');
 const messageIdOf = (identity: string, to: string) => `smtp-${h(identity, to).slice(0, 32)}`;
 
@@ -79,7 +88,22 @@ export class SubmissionIntake {
     return r;
   }
 
+  /**
+   * The usual batch holds only new identities, so it is first written optimistically: jobs
+   * queued, then receipts, bodies and the receipts' job rows in one statement (4 round trips
+   * with BEGIN and COMMIT). A receipt that already exists (a retry, a reused key) rolls that
+   * back and the batch is written again reading the receipts first.
+   */
   private async write(items: Prepared[]): Promise<(string[] | KeyReuseError)[]> {
+    try {
+      return await this.writeWith(items, true);
+    } catch (err) {
+      if (!(err instanceof ReceiptExists)) throw err;
+      return this.writeWith(items, false);
+    }
+  }
+
+  private async writeWith(items: Prepared[], optimistic: boolean): Promise<(string[] | KeyReuseError)[]> {
     const now = this.clock.now();
     const expires = now + this.policy.submission.receiptMs;
     return tx(this.db, async (c) => {
@@ -92,20 +116,25 @@ export class SubmissionIntake {
       const bodyOf: number[] = [];
       const wanted: { item: number; identity: string; rcpt: string; at: number }[] = [];
       const planned = new Map<string, number>();
-      // Set-based: three statements for the usual batch (receipts, jobs, bodies with the
-      // receipts' job rows), whatever its size; two more when identities are retried.
+      // Set-based: two statements for the usual batch (jobs; receipts, bodies and the receipts'
+      // job rows), whatever its size; three to five when identities are retried.
       // One row per identity: the first submission of it in the batch binds it.
       const firstOf = new Map<string, string>();
       for (const n of order) if (!firstOf.has(items[n]!.identity)) firstOf.set(items[n]!.identity, items[n]!.binding);
       const ids0 = [...firstOf.keys()];
-      // The usual batch holds only new identities: their rows, inserted (and so locked) here, are
-      // bound to this attempt and have no jobs yet, so the lock and lookup below are skipped.
-      const inserted = await c.query<{ identity: string }>({
-        name: 'lm_submission_receipts_insert',
-        text: 'INSERT INTO mta_submission_receipts (identity, binding, expires_at) SELECT i, b, $3 FROM unnest($1::text[], $2::text[]) AS u (i, b) ORDER BY i ON CONFLICT (identity) DO NOTHING RETURNING identity',
-        values: [ids0, [...firstOf.values()], expires],
-      });
-      const receipt = new Map<string, { binding: string }>(inserted.rows.map((r) => [r.identity, { binding: firstOf.get(r.identity)! }]));
+      // Optimistic: every identity new, its receipt inserted at the end. Otherwise the new rows,
+      // inserted (and so locked) here, are bound to this attempt and have no jobs yet, so only the
+      // existing ones are locked and read.
+      const inserted = optimistic
+        ? ids0
+        : (
+            await c.query<{ identity: string }>({
+              name: 'lm_submission_receipts_insert',
+              text: `${RECEIPT_INSERT} RETURNING identity`,
+              values: [ids0, [...firstOf.values()], expires],
+            })
+          ).rows.map((r) => r.identity);
+      const receipt = new Map<string, { binding: string }>(inserted.map((i) => [i, { binding: firstOf.get(i)! }]));
       const existing = ids0.filter((i) => !receipt.has(i));
       const known = new Map<string, string>();
       if (existing.length > 0) {
@@ -151,14 +180,24 @@ export class SubmissionIntake {
           wanted.push({ item: n, identity, rcpt: to, at });
         }
       }
+      // Nothing to queue (never for new identities): the receipts are read, not assumed.
+      if (optimistic && inputs.length === 0) throw new ReceiptExists();
       if (inputs.length > 0) {
         const ids = await this.queue.enqueueMany(inputs, c);
         ids.forEach((id, k) => bodies[bodyOf[k]!]!.jobIds.push(id));
-        await c.query({
-          name: 'lm_submission_jobs_insert',
-          text: `WITH bodies AS (${BODY_INSERT}) INSERT INTO mta_submission_jobs (identity, recipient, job_id) SELECT * FROM unnest($7::text[], $8::text[], $9::text[]) ON CONFLICT DO NOTHING`,
-          values: [...bodyValues(bodies, now), wanted.map((w) => w.identity), wanted.map((w) => w.rcpt), wanted.map((w) => ids[w.at]!)],
-        });
+        const values = [...bodyValues(bodies, now), wanted.map((w) => w.identity), wanted.map((w) => w.rcpt), wanted.map((w) => ids[w.at]!)];
+        if (optimistic) {
+          // The receipts' job rows reference receipts inserted by the same statement: foreign keys
+          // are checked at its end.
+          const r = await c.query({
+            name: 'lm_submission_write_all',
+            text: `WITH bodies AS (${BODY_INSERT}), jobs AS (${JOBS_INSERT}) ${RECEIPT_INSERT.replace(/\$1|\$2|\$3/g, (p) => `$${Number(p.slice(1)) + 9}`)} RETURNING identity`,
+            values: [...values, ids0, [...firstOf.values()], expires],
+          });
+          if (r.rows.length !== ids0.length) throw new ReceiptExists();
+        } else {
+          await c.query({ name: 'lm_submission_jobs_insert', text: `WITH bodies AS (${BODY_INSERT}) ${JOBS_INSERT}`, values });
+        }
         for (const w of wanted) (results[w.item] as Map<string, string>).set(w.rcpt, ids[w.at]!);
       }
       return results.map((r, n) => (r instanceof Map ? items[n]!.s.recipients.map((rcpt) => r.get(rcpt)!) : (r as KeyReuseError)));
