@@ -7,7 +7,8 @@
  * after the 354, and the next message only after the 250 — what smtp-source does, over TLS.
  *
  * Input (JSON in argv[2]): host, port, ca, servername, clients, n, tag, size, from, pass?.
- * Output (one JSON line on stdout): { rate, elapsedMs, messages }.
+ * Output (one JSON line on stdout): { rate, elapsedMs, messages } and, per message, the mean
+ * wait for the 354 (envelopeMs), for the 250 (dataMs) and the client's CPU (clientCpuMs).
  */
 import { connect as tcpConnect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
@@ -87,6 +88,9 @@ class Replies {
   }
 }
 
+/** Summed latencies: MAIL/RCPT/DATA to the 354, and the message to its 250. */
+const waits = { envelopeMs: 0, dataMs: 0 };
+
 async function session(o: Options, take: () => number | null): Promise<number> {
   const plain = tcpConnect({ host: o.host, port: o.port });
   await new Promise<void>((resolve, reject) => plain.once('connect', resolve).once('error', reject));
@@ -111,13 +115,17 @@ async function session(o: Options, take: () => number | null): Promise<number> {
   }
   let sent = 0;
   for (let i = take(); i !== null; i = take()) {
+    const t0 = performance.now();
     s.write(`MAIL FROM:<${o.from}> SIZE=${o.size + 512}\r\nRCPT TO:<${benchRecipient(i)}>\r\nDATA\r\n`);
     await r.expect('250', 'MAIL');
     await r.expect('250', 'RCPT');
     await r.expect('354', 'DATA');
     // The bench message has no line starting with a dot: no dot-stuffing needed.
+    const t1 = performance.now();
     s.write(Buffer.concat([benchMime(o.tag, i, o.size, o.from), Buffer.from('.\r\n')]));
     await r.expect('250', 'end of DATA');
+    waits.envelopeMs += t1 - t0;
+    waits.dataMs += performance.now() - t1;
     sent++;
   }
   s.write('QUIT\r\n');
@@ -134,7 +142,8 @@ async function main(): Promise<void> {
   const counts = await Promise.all(Array.from({ length: o.clients }, () => session(o, take)));
   const elapsedMs = performance.now() - t0;
   const messages = counts.reduce((a, b) => a + b, 0);
-  process.stdout.write(`${JSON.stringify({ rate: (messages * 1000) / elapsedMs, elapsedMs, messages })}\n`);
+  const cpu = process.cpuUsage();
+  process.stdout.write(`${JSON.stringify({ rate: (messages * 1000) / elapsedMs, elapsedMs, messages, envelopeMs: waits.envelopeMs / messages, dataMs: waits.dataMs / messages, clientCpuMs: (cpu.user + cpu.system) / 1000 / messages })}\n`);
 }
 
 if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) {
