@@ -26,6 +26,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generateKeyPairSync } from 'node:crypto';
 import { spawn } from 'node:child_process';
+import nodemailer from 'nodemailer';
 import { fileURLToPath } from 'node:url';
 import { systemClock } from '../src/shared/clock.js';
 import { createPool, type Db } from '../src/shared/db/pool.js';
@@ -204,6 +205,32 @@ async function backendsCpuMs(db: Db): Promise<number> {
   }, 0);
 }
 
+const FANOUT_RCPTS = 100;
+const FANOUT_MB = Number(process.env.BENCH_FANOUT_MB ?? 5);
+
+/**
+ * The cost of fan-out: one message of FANOUT_MB to FANOUT_RCPTS recipients — the time to its
+ * 250 and the WAL it wrote (pg_current_wal_lsn, so on a shared server others' writes count too).
+ */
+async function fanoutCost(port: number, ca: string, db: Db): Promise<{ ms: number; walMb: number }> {
+  const line = `${'0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ+/'.repeat(1)}\r\n`;
+  const raw = Buffer.from(`From: Bench <${FROM}>\r\nTo: list@bench.test\r\nSubject: fan-out\r\nMIME-Version: 1.0\r\nContent-Type: text/plain\r\n\r\n${line.repeat(Math.ceil((FANOUT_MB * 1024 * 1024) / line.length))}`);
+  const to = Array.from({ length: FANOUT_RCPTS }, (_, i) => `fan${i}@d${i % 20}.bench.test`);
+  const t = nodemailer.createTransport({ host: '127.0.0.1', port, secure: false, requireTLS: true, tls: { ca, servername: TLS_NAME }, auth: { user: 'bench', pass: KEY } });
+  try {
+    const lsn = async () => (await db.query<{ l: string }>('SELECT pg_current_wal_lsn()::text AS l')).rows[0]!.l;
+    const l0 = await lsn();
+    const t0 = performance.now();
+    const info = await t.sendMail({ envelope: { from: FROM, to }, raw });
+    const ms = performance.now() - t0;
+    if (!/^250 /.test(info.response)) throw new Error(`fan-out: ${info.response}`);
+    const bytes = await db.query<{ b: string }>('SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::text AS b', [await lsn(), l0]);
+    return { ms, walMb: Number(bytes.rows[0]!.b) / 2 ** 20 };
+  } finally {
+    t.close();
+  }
+}
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 async function main(): Promise<void> {
@@ -252,6 +279,7 @@ async function main(): Promise<void> {
     const http: number[] = [];
     const pf: number[] = [];
     let plain: number | null = null;
+    let fanout: { ms: number; walMb: number } | null = null;
     const cpu = { smtp: [] as number[], http: [] as number[], postfix: [] as number[] };
     try {
       await submissionRate(port, certs.caCert, 'warm-smtp', Math.min(300, N));
@@ -270,6 +298,7 @@ async function main(): Promise<void> {
         http.push(await measure(() => httpRate(product.mtaUrl!, `http${r}`, N), ours, cpu.http));
         pf.push(await measure(() => clientRate({ host: POSTFIX_HOST, port: postfix.port, ca: certs.caCert, tag: `postfix${r}`, n: N }), async () => postfix.cpuMs(), cpu.postfix));
       }
+      fanout = await fanoutCost(port, certs.caCert, db);
       if (process.env.BENCH_SMTP_SOURCE) {
         plain = (await runSmtpSource({ host: POSTFIX_HOST, port: postfix.port, messages: N, sessions: CLIENTS, sizeBytes: SIZE, reuseConnection: true, timeoutMs: 300_000 })).rate;
       }
@@ -286,6 +315,7 @@ async function main(): Promise<void> {
     console.log(`  Postfix smtpd + STARTTLS (same SMTP client):  ${f(p)} msg/s ${all(pf)}   submission/postfix = ${(s / p).toFixed(2)}  (goal ≥ 1.0)`);
     const per = (xs: number[]) => (median(xs) / N).toFixed(2);
     console.log(`  server CPU ms per message (medians): submission ${per(cpu.smtp)} (product + its PostgreSQL backends), POST /send ${per(cpu.http)}, Postfix ${per(cpu.postfix)} (all its processes)`);
+    if (fanout) console.log(`  one DATA of ${FANOUT_MB} MB to ${FANOUT_RCPTS} recipients: 250 after ${f(fanout.ms)} ms, ${fanout.walMb.toFixed(0)} MB of WAL`);
     for (const [kind, w] of [...waits].filter(([k]) => !k.startsWith('warm'))) {
       console.log(`  ${kind} client, last round, per message: ${w.envelopeMs.toFixed(1)} ms to the 354, ${w.dataMs.toFixed(1)} ms to the 250, client CPU ${w.clientCpuMs.toFixed(2)} ms`);
     }
