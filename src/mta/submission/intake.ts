@@ -46,9 +46,9 @@ export interface Submission {
 /** The optimistic write met a receipt that exists (rolled back, written again reading it). */
 class ReceiptExists extends Error {}
 
-// One row per identity, in identity order (lock order). $1 identities, $2 bindings, $3 expiry.
-const RECEIPT_INSERT =
-  'INSERT INTO mta_submission_receipts (identity, binding, expires_at) SELECT i, b, $3 FROM unnest($1::text[], $2::text[]) AS u (i, b) ORDER BY i ON CONFLICT (identity) DO NOTHING';
+// One row per identity, in identity order (lock order); the parameters' numbers are given.
+const receiptInsert = (identities: string, bindings: string, expires: string) =>
+  `INSERT INTO mta_submission_receipts (identity, binding, expires_at) SELECT i, b, ${expires} FROM unnest(${identities}::text[], ${bindings}::text[]) AS u (i, b) ORDER BY i ON CONFLICT (identity) DO NOTHING RETURNING identity`;
 // $7 identities, $8 recipients, $9 job ids (after bodyValues' $1–$6).
 const JOBS_INSERT = 'INSERT INTO mta_submission_jobs (identity, recipient, job_id) SELECT * FROM unnest($7::text[], $8::text[], $9::text[]) ON CONFLICT DO NOTHING';
 
@@ -130,7 +130,7 @@ export class SubmissionIntake {
         : (
             await c.query<{ identity: string }>({
               name: 'lm_submission_receipts_insert',
-              text: `${RECEIPT_INSERT} RETURNING identity`,
+              text: receiptInsert('$1', '$2', '$3'),
               values: [ids0, [...firstOf.values()], expires],
             })
           ).rows.map((r) => r.identity);
@@ -191,7 +191,7 @@ export class SubmissionIntake {
           // are checked at its end.
           const r = await c.query({
             name: 'lm_submission_write_all',
-            text: `WITH bodies AS (${BODY_INSERT}), jobs AS (${JOBS_INSERT}) ${RECEIPT_INSERT.replace(/\$1|\$2|\$3/g, (p) => `$${Number(p.slice(1)) + 9}`)} RETURNING identity`,
+            text: `WITH bodies AS (${BODY_INSERT}), jobs AS (${JOBS_INSERT}) ${receiptInsert('$10', '$11', '$12')}`,
             values: [...values, ids0, [...firstOf.values()], expires],
           });
           if (r.rows.length !== ids0.length) throw new ReceiptExists();

@@ -215,6 +215,37 @@ describe('message rules', () => {
     }
   });
 
+  it('a job whose stored body is gone fails with a clear error instead of sending anything', async () => {
+    const fallback = t.deliverer.fallback;
+    t.deliverer.fallback = { status: 'deferred', code: 451, response: '451 try later', connectionFailure: false };
+    try {
+      const r = await swaks([...authed(), '--from', 'app@sender.test', '--to', 'lost@dest.test', '--data', file(message()), '--pipeline']);
+      const [id] = queuedIds(r.out);
+      const bodyId = (await jobs()).find((j) => j.id === id)!.payload.rawBody as string;
+      const deadline = Date.now() + 20_000;
+      while ((await t.mta.context.queue.get(id!))!.attempts < 1 || (await t.mta.context.queue.get(id!))!.state !== 'pending') {
+        if (Date.now() > deadline) throw new Error('the job was not attempted');
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      const lost = () => t.deliverer.calls.filter((c) => c.message.to === 'lost@dest.test').length;
+      const calls = lost();
+      await t.db.pool.query('DELETE FROM mta_submission_bodies WHERE id = $1', [bodyId]);
+      t.clock.advance(24 * 3_600_000); // its retry is due
+      const until = Date.now() + 20_000;
+      let job = await t.mta.context.queue.get(id!);
+      while (job!.state === 'pending' || job!.state === 'active') {
+        if (Date.now() > until) throw new Error(`the job stayed ${job!.state}`);
+        await new Promise((res) => setTimeout(res, 50));
+        job = await t.mta.context.queue.get(id!);
+      }
+      expect(job!.state).toBe('failed');
+      expect(job!.lastError).toMatch(/body .* is missing/);
+      expect(lost()).toBe(calls);
+    } finally {
+      t.deliverer.fallback = fallback;
+    }
+  });
+
   it('recipients of a transaction abandoned with RSET do not carry over to the next message', async () => {
     const r = await rawSession(['MAIL FROM:<app@sender.test>', 'RCPT TO:<abandoned@dest.test>', 'RSET', 'MAIL FROM:<app@sender.test>', 'RCPT TO:<kept@dest.test>', 'DATA', `${message()}\r\n.`]);
     const ids = /Queued as ([\d ]+)/.exec(r.at(-1)!)![1]!.trim().split(' ');
