@@ -185,6 +185,8 @@ export interface MtaPolicy {
     masterOrganizationId: string;
     /** Group commit of intake (src/shared/batch.ts): transactions in flight, submissions and bytes per transaction. */
     intakeBatch: { maxInFlight: number; maxItems: number; maxBytes: number };
+    /** How often the leader deletes stored message bodies no pending or active job reads. */
+    bodyPurgeEveryMs: number;
   };
 }
 
@@ -391,6 +393,8 @@ export const DEFAULT_POLICY: MtaPolicy = {
     authFailures: { max: 10, windowMs: MINUTE, banMs: 15 * MINUTE },
     masterOrganizationId: 'default',
     intakeBatch: { maxInFlight: 4, maxItems: 100, maxBytes: 64 * 1024 * 1024 },
+    // A minute: a delivered 25 MB body does not linger, and the scan is one index probe per body.
+    bodyPurgeEveryMs: MINUTE,
   },
 };
 
