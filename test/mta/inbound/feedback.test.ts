@@ -9,6 +9,9 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ProvenanceStore } from '../../../src/mta/delivery/provenance.js';
 import { signToken } from '../../../src/mta/delivery/verp.js';
 import { outboxEvent, reportEventId } from '../../../src/mta/outbox/store.js';
+import { reportRecipients, type InboundTarget } from '../../../src/mta/inbound/recipients.js';
+import { FeedbackProcessor } from '../../../src/mta/inbound/reports.js';
+import { silentLogger } from '../../../src/shared/log.js';
 import { MTA_EVENT } from '../../../src/shared/contracts/mta.js';
 import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receiver.js';
 import { arfReport, dsnReport } from '../../harness/reports.js';
@@ -278,6 +281,56 @@ describe('provenance lookups made together', () => {
     expect(queries).toBe(1);
     expect(got.map((p) => p?.recipient ?? null)).toEqual([a.recipient, null, b.recipient, null, a.recipient]);
     expect(got[0]).toMatchObject({ messageId: a.messageId, organizationId: 'org-look', campaignId: 'camp-1', domain: 'receiver.test', ip: '127.0.0.2' });
+  });
+});
+
+describe('the provenance lookup started at RCPT', () => {
+  function processor(maxEntries: number) {
+    const c = t.mta.context;
+    const store = new ProvenanceStore(t.db.pool, t.clock);
+    const asked: string[] = [];
+    const provenance = { lookup: (id: string) => (asked.push(id), store.lookup(id)) };
+    const fp = new FeedbackProcessor({
+      key: KEY,
+      hosts: () => new Set([HOST]),
+      provenance,
+      reports: c.stores.feedbackReports,
+      events: c.relay,
+      breaker: c.state.breaker,
+      intel: c.state.intel,
+      throttle: c.state.throttle,
+      profiles: c.stores.profiles,
+      authenticate: async () => ({ spf: 'none', dkim: 'none', dmarc: 'none' }),
+      metrics: null,
+      clock: t.clock,
+      log: silentLogger,
+      prefetch: { maxEntries, maxAgeMs: 60_000 },
+    });
+    return { fp, asked };
+  }
+  const target = (address: string) => reportRecipients(() => new Set([HOST]))(address) as InboundTarget;
+  const message = (to: string, raw: string) => ({ raw: Buffer.from(raw), targets: [target(to)], mailFrom: '', remoteIp: '127.0.0.1', helo: 'mx.provider.test', mailArgs: {} });
+
+  it('is the lookup the report uses: one per report; a forged token starts none', async () => {
+    const { fp, asked } = processor(10);
+    const s = await sent('org-early');
+    fp.prefetch(target(s.bounce));
+    fp.prefetch(target(`bounce+forged@${HOST}`));
+    expect(asked).toEqual([s.messageId]);
+    const out = await fp.process(message(s.bounce, dsnReport({ recipient: s.recipient, status: '5.1.1', diagnostic: '550 5.1.1 User unknown' })));
+    expect(out).toMatchObject({ outcome: 'applied', source: 'envelope', messageId: s.messageId });
+    expect(asked).toEqual([s.messageId]);
+    expect(await suppression(s.recipient)).toMatchObject({ suppressed: true, reason: 'hard_bounce' });
+  });
+
+  it('keeps at most maxEntries unclaimed (sessions that never sent DATA); an evicted one is looked up again', async () => {
+    const { fp, asked } = processor(2);
+    const [a, b, c] = [await sent('org-early'), await sent('org-early'), await sent('org-early')];
+    for (const x of [a, b, c]) fp.prefetch(target(x.bounce));
+    const out = await fp.process(message(a.bounce, dsnReport({ recipient: a.recipient, status: '5.1.1', diagnostic: '550 5.1.1 User unknown' })));
+    expect(out).toMatchObject({ outcome: 'applied', messageId: a.messageId });
+    // a was evicted when c arrived: its report asked again.
+    expect(asked).toEqual([a.messageId, b.messageId, c.messageId, a.messageId]);
   });
 });
 
