@@ -456,6 +456,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     metrics,
     clock: s.clock,
     log,
+    prefetch: policy.feedback.prefetch,
   });
   if (!s.config.INBOUND_TLS_CERT !== !s.config.INBOUND_TLS_KEY) throw new ConfigError(['INBOUND_TLS_CERT and INBOUND_TLS_KEY must be set together']);
   const inbound = new InboundSmtpServer({
@@ -468,6 +469,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     policy: policy.inbound,
     steps: [reportRecipients(() => new Set([bounceHost, ...stores.returnPaths.hosts()]))],
     handlers: { bounce: feedback.handle, fbl: feedback.handle },
+    onAccepted: feedback.prefetch,
     log,
   });
   // SMTP submission (docs/submission.md): there is no plaintext AUTH mode, so no TLS files, no start.
