@@ -142,6 +142,8 @@ export async function runEndToEnd(o: {
   pgDir?: string;
   /** Another checkout to run instead of this one (BENCH_OLD_ROOT). */
   root?: string;
+  /** Redis for the product's coordination (REDIS_URL; unset: process memory). */
+  redisUrl?: string;
 }): Promise<EndToEndResult> {
   // A database of its own per run (role all leaves every event recorded behind it).
   const scratch = await scratchDatabase(o.databaseUrl, 'lm_bench_e2e');
@@ -183,6 +185,7 @@ export async function runEndToEnd(o: {
       EMAIL_PROVIDER: 'mta',
       ...(process.env.BENCH_WORKER_CONCURRENCY ? { WORKER_CONCURRENCY: process.env.BENCH_WORKER_CONCURRENCY } : {}),
       ...events,
+      ...(o.redisUrl ? { REDIS_URL: o.redisUrl } : {}),
     },
   }).catch(async (err: unknown) => {
     await cleanup();
