@@ -183,6 +183,9 @@ export async function runEndToEnd(o: {
       MTA_POOLS: 'transactional:127.0.0.2@mta1.bench.test;campaign:127.0.0.3@mta2.bench.test',
       MTA_WARMED_IPS: '127.0.0.2,127.0.0.3',
       EMAIL_PROVIDER: 'mta',
+      // No DNSBL gate: the bench's sending addresses are loopback, never observed on a blocklist
+      // zone (on by default in production since a9d6974, it kept every job deferred).
+      DNSBL_MONITOR: 'false',
       ...(process.env.BENCH_WORKER_CONCURRENCY ? { WORKER_CONCURRENCY: process.env.BENCH_WORKER_CONCURRENCY } : {}),
       ...events,
       ...(o.redisUrl ? { REDIS_URL: o.redisUrl } : {}),
