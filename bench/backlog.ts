@@ -93,6 +93,10 @@ function productEnv(o: { databaseUrl: string; dataDir: string; dns: DnsServer; s
     // No DNSBL gate: the bench's sending addresses are loopback, never observed on a blocklist
     // zone (on by default in production since a9d6974, it kept every job deferred).
     DNSBL_MONITOR: 'false',
+    // Any free port for the inbound SMTP listener: 25 may be held by
+    // another product on a shared machine.
+    INBOUND_SMTP_PORT: '0',
+    INBOUND_SMTP_HOST: '127.0.0.1',
     // Events go to a port nobody listens on: the outbox keeps them (as a backend that is down).
     MTA_WEBHOOK_URL: 'http://127.0.0.1:9/webhooks/mta',
   };

@@ -186,6 +186,10 @@ export async function runEndToEnd(o: {
       // No DNSBL gate: the bench's sending addresses are loopback, never observed on a blocklist
       // zone (on by default in production since a9d6974, it kept every job deferred).
       DNSBL_MONITOR: 'false',
+      // Any free port for the inbound SMTP listener: 25 may be held by
+      // another product on a shared machine.
+      INBOUND_SMTP_PORT: '0',
+      INBOUND_SMTP_HOST: '127.0.0.1',
       ...(process.env.BENCH_WORKER_CONCURRENCY ? { WORKER_CONCURRENCY: process.env.BENCH_WORKER_CONCURRENCY } : {}),
       ...events,
       ...(o.redisUrl ? { REDIS_URL: o.redisUrl } : {}),
