@@ -14,7 +14,7 @@
  *   (4) BENCH_POSTFIX=1: a throwaway Postfix instance as relay to the same sink, fed by
  *       smtp-source (no DKIM: Postfix does not sign), as the "real MTA" reference, run right
  *       before our end-to-end runs of the same size (BENCH_PAIRS: how many such pairs, default
- *       1; with more, the ratio printed is the median); with it, unless BENCH_PEERS=0, the peers
+ *       1; with more, the ratio printed is the median); with it and e2e, unless BENCH_PEERS=0, the peers
  *       that sign as we do: Postfix + OpenDKIM milter and Haraka + its dkim plugin (RSA-2048,
  *       the bench's key), each verified with dkimpy on a sample first (bench/mta-peers.ts).
  * Figures are accepted-at-sink messages per second and drain time, with ratios to the
@@ -295,7 +295,7 @@ async function main(): Promise<void> {
     if (e2e) console.log(`end to end: each run starts the product afresh and delivers ${fmt(mod!.WARMUP)} messages of its size before measuring (V8 warm-up)`);
     // The DKIM-signing peers (bench/mta-peers.ts), each run right before our runs of the same
     // size, after dkimpy has verified a sample of its messages at a dumping sink.
-    const peersMod = postfix && PEERS ? await import('./mta-peers.js') : undefined;
+    const peersMod = postfix && PEERS && e2e ? await import('./mta-peers.js') : undefined;
     const peers: [string, import('./mta-peers.js').Peer][] = [];
     if (peersMod) {
       peers.push(['Postfix + OpenDKIM', peersMod.postfixOpenDkim(rsaPem)]);
