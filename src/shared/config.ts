@@ -158,6 +158,7 @@ export const SPEC = {
   INBOUND_TLS_CERT: v(str, 'PEM certificate file; with INBOUND_TLS_KEY, STARTTLS is offered on the inbound listener'),
   INBOUND_TLS_KEY: v(str, 'PEM private key file of INBOUND_TLS_CERT'),
   INBOUND_MAX_MESSAGE_MB: v(posInt, 'inbound message size limit in MB, announced in EHLO SIZE', { default: 25 }),
+  INBOUND_DMARC_REJECT: v(bool, 'refuse routed and mailbox mail that fails DMARC under p=reject with 550 5.7.1 (docs/inbound.md); false: accept it, marked', { default: true }),
   SUBMISSION_ENABLED: v(bool, 'the SMTP submission listener (docs/submission.md); needs SUBMISSION_TLS_CERT and SUBMISSION_TLS_KEY', { default: false }),
   SUBMISSION_PORT: v(port, 'SMTP submission port (STARTTLS); 0: any free port', { default: 587 }),
   SUBMISSION_TLS_PORT: v(port, 'SMTP submission with implicit TLS (465); unset: off'),

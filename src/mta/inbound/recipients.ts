@@ -14,7 +14,12 @@ export interface InboundTarget {
   token?: string;
 }
 
-export type RecipientStep = (address: string) => InboundTarget | null | Promise<InboundTarget | null>;
+/** What the transaction said before RCPT TO: MAIL FROM's SIZE, when given. */
+export interface RcptContext {
+  size?: number;
+}
+
+export type RecipientStep = (address: string, ctx: RcptContext) => InboundTarget | null | Promise<InboundTarget | null>;
 
 /** Report addresses: `bounce+<token>@<host>` and `fbl+<token>@<host>` at any host we send from. */
 export const REPORT_KINDS = ['bounce', 'fbl'] as const;

@@ -7,13 +7,21 @@ import { createHash } from 'node:crypto';
 import { toIso, type Clock } from '../../shared/clock.js';
 import { newId } from '../../shared/crypto.js';
 import type { Db } from '../../shared/db/pool.js';
-import type { MtaEventData, MtaEventEnvelope, MtaEventName } from '../../shared/contracts/mta.js';
+import type { MtaEventData, MtaEventEnvelope, MtaEventName, MtaMailboxDelivery } from '../../shared/contracts/mta.js';
 import type { MtaPolicy } from '../policy.js';
 
-/** One event as written and posted: `body` is the JSON object `{ id, event, timestamp, data }`. */
+/**
+ * The outbox's second kind of row: a personal-mailbox delivery, posted alone to the backend's
+ * `POST /webhooks/mta-mailbox` (body: MtaMailboxDelivery) instead of the events URL. Same
+ * table, retries, lease and dead-letter queue as events.
+ */
+export const MAILBOX_DELIVERY = 'mta-mailbox' as const;
+export type OutboxKind = MtaEventName | typeof MAILBOX_DELIVERY;
+
+/** One row as written and posted: `body` is the JSON object `{ id, event, timestamp, data }` (or a mailbox delivery). */
 export interface OutboxEvent {
   id: string;
-  event: MtaEventName;
+  event: OutboxKind;
   body: string;
 }
 
@@ -39,6 +47,11 @@ export function outboxEvent<K extends MtaEventName>(event: K, data: MtaEventData
   return { id, event, body: JSON.stringify(envelope) };
 }
 
+/** A mailbox delivery as an outbox row; its `id` is stable (the backend stores it at most once). */
+export function outboxMailbox(delivery: MtaMailboxDelivery): OutboxEvent {
+  return { id: delivery.id, event: MAILBOX_DELIVERY, body: JSON.stringify(delivery) };
+}
+
 /**
  * The id of a queue job's result event (`sent`, `bounced`, expired): the same for every run of
  * the job, so a job delivered again after a crash (before its outcome was recorded) produces
@@ -47,6 +60,11 @@ export function outboxEvent<K extends MtaEventName>(event: K, data: MtaEventData
  */
 export function resultEventId(organizationId: string, messageId: string, jobId: string): string {
   return `mevt_r${createHash('sha256').update(`${organizationId}\0${messageId}\0${jobId}`).digest('base64url').slice(0, 24)}`;
+}
+
+/** The id of the event or delivery a received message causes: the same when the sender sends it again. */
+export function inboundEventId(prefix: 'i' | 'm', ...parts: string[]): string {
+  return `mevt_${prefix}${createHash('sha256').update(parts.join('\0')).digest('base64url').slice(0, 24)}`;
 }
 
 /** The id of the event a received bounce or feedback report causes: the same for a replay of it. */
@@ -89,7 +107,7 @@ export class OutboxStore {
   /** Takes due pending rows, oldest first, leasing them to the caller. */
   async claimDue(limit: number): Promise<ClaimedEvent[]> {
     const now = this.clock.now();
-    const res = await this.db.query<{ id: string; event: MtaEventName; body: string; attempts: number }>(
+    const res = await this.db.query<{ id: string; event: OutboxKind; body: string; attempts: number }>(
       `UPDATE mta_outbox o SET next_at = $2
          FROM (SELECT seq FROM mta_outbox WHERE state = 'pending' AND next_at <= $1 ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED) d
         WHERE o.seq = d.seq
