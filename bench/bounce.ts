@@ -16,22 +16,20 @@ import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { simpleParser } from 'mailparser';
-import nodemailer from 'nodemailer';
-import { SMTPServer } from 'smtp-server';
 import { ProvenanceStore } from '../src/mta/delivery/provenance.js';
 import { signToken } from '../src/mta/delivery/verp.js';
 import { startLettermill } from '../src/runtime/boot.js';
 import { parseReport } from '../src/shared/mail/bounce/parse.js';
 import { systemClock } from '../src/shared/clock.js';
+import { CONNECTIONS, push, startBareSmtp, type LoadMessage } from './smtp-load.js';
 
 const N = Number(process.env.BENCH_REPORTS ?? 2_000);
-const CONNECTIONS = 8;
 const KEY = 'bench-bounce-verp-key-0123456789';
 const HOST = 'bounces.bench.test';
 const fmt = (n: number, d = 0) => n.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
 
 /** A Postfix-style DSN returning the original's headers and ~7 KB of its body. */
-function dsn(i: number, token: string): { to: string; raw: string } {
+function dsn(i: number, token: string): LoadMessage {
   const rcpt = `reader${i}@receiver.test`;
   const body = `<p>Issue ${i} of our newsletter, with links and text to make a typical report.</p>\r\n`.repeat(90);
   const raw = [
@@ -84,27 +82,7 @@ function dsn(i: number, token: string): { to: string; raw: string } {
     '--B--',
     '',
   ].join('\r\n');
-  return { to: `bounce+${token}@${HOST}`, raw };
-}
-
-/** Messages per second, and this process's CPU (client, server and product) per message in ms. */
-async function push(port: number, messages: { to: string; raw: string }[]): Promise<{ rate: number; cpuMs: number }> {
-  const transport = nodemailer.createTransport({ host: '127.0.0.1', port, secure: false, ignoreTLS: true, pool: true, maxConnections: CONNECTIONS, maxMessages: Infinity, name: 'mx.receiver.test' });
-  const t0 = performance.now();
-  const c0 = process.cpuUsage();
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: CONNECTIONS * 2 }, async () => {
-      while (next < messages.length) {
-        const m = messages[next++]!;
-        await transport.sendMail({ envelope: { from: '', to: [m.to] }, raw: m.raw });
-      }
-    }),
-  );
-  const s = (performance.now() - t0) / 1000;
-  const c = process.cpuUsage(c0);
-  transport.close();
-  return { rate: messages.length / s, cpuMs: (c.user + c.system) / 1000 / messages.length };
+  return { from: '', to: `bounce+${token}@${HOST}`, raw };
 }
 
 async function main(): Promise<void> {
@@ -130,25 +108,10 @@ async function main(): Promise<void> {
       MTA_WEBHOOK_SECRET: 'bench-secret',
     },
   });
-  const bare = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['AUTH'],
-    hideSTARTTLS: true,
-    size: 25 * 1024 * 1024,
-    logger: false,
-    onData(stream, _s, cb) {
-      const chunks: Buffer[] = [];
-      stream.on('data', (c: Buffer) => chunks.push(c));
-      stream.on('end', () => {
-        Buffer.concat(chunks);
-        cb();
-      });
-    },
-  });
-  await new Promise<void>((r) => bare.listen(0, '127.0.0.1', () => r()));
+  const bare = await startBareSmtp();
   try {
     const prov = new ProvenanceStore(running.services.db, systemClock);
-    const messages: { to: string; raw: string }[] = [];
+    const messages: LoadMessage[] = [];
     const rows: Promise<void>[] = [];
     for (let i = 0; i < N; i++) {
       const messageId = `bench-${i}`;
@@ -161,8 +124,8 @@ async function main(): Promise<void> {
     console.log(`bench:bounce — ${fmt(N)} hard-bounce DSNs of ${fmt(avg / 1024, 1)} KB, ${CONNECTIONS} SMTP connections`);
 
     const warm = messages.slice(0, 50);
-    await push((bare.server.address() as { port: number }).port, warm);
-    const baseline = await push((bare.server.address() as { port: number }).port, messages);
+    await push(bare.port, warm);
+    const baseline = await push(bare.port, messages);
     const inboundPort = running.mta!.inbound.port!;
     const product = await push(inboundPort, messages);
     const applied = await running.services.db.query<{ n: string }>(`SELECT count(*) AS n FROM mta_feedback_reports WHERE outcome = 'applied'`);
@@ -185,7 +148,7 @@ async function main(): Promise<void> {
     console.log(`  parseReport               ${fmt(parseRate)} msg/s on one core   (goal ≥ 2,000; Sisimai publishes 305/s)`);
     console.log(`  simpleParser alone        ${fmt(mpRate)} msg/s   ratio ×${fmt(parseRate / mpRate, 2)}`);
   } finally {
-    await new Promise<void>((r) => bare.close(() => r()));
+    await bare.close();
     await running.stop();
     receiver.close();
     rmSync(dataDir, { recursive: true, force: true });

@@ -57,11 +57,10 @@ export function inboundAuthenticator(o: { dnsServers: readonly string[] | undefi
       return { header, spf: 'none', dkim: 'none', dmarc: 'none', dmarcPolicy: null, prepend: `Authentication-Results: ${header}\r\n` };
     };
   }
-  const resolver = async (name: string, rrtype: string) => {
-    const r = new dns.Resolver({ timeout: 2_000, tries: 2 });
-    if (o.dnsServers?.length) r.setServers([...o.dnsServers]);
-    return r.resolve(name, rrtype as 'TXT');
-  };
+  // One resolver (one c-ares channel) for every message: a new one per query cost more than the query.
+  const r = new dns.Resolver({ timeout: 2_000, tries: 2 });
+  if (o.dnsServers?.length) r.setServers([...o.dnsServers]);
+  const resolver = (name: string, rrtype: string) => r.resolve(name, rrtype as 'TXT');
   return async (msg) => {
     const res = await authenticate(msg.raw, {
       ip: msg.remoteIp,
