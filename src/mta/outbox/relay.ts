@@ -160,10 +160,12 @@ export class OutboxRelay implements MtaEvents {
     this.polling ??= (async () => {
       try {
         for (;;) {
-          const due = await this.store.claimDue(this.o.policy.posts.maxItems);
+          const { maxItems, maxBytes, maxInFlight } = this.o.policy.posts;
+          // Bytes: what the posts in flight may carry at once (a lone larger row still comes).
+          const due = await this.store.claimDue(maxItems, maxBytes * maxInFlight);
           if (due.length === 0) return;
           await Promise.all(due.map((e) => this.submit(e)));
-          if (due.length < this.o.policy.posts.maxItems || this.stopped) return;
+          if (this.stopped) return;
         }
       } catch (err) {
         this.log.error({ err }, 'outbox poll failed');

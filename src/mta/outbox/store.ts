@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { toIso, type Clock } from '../../shared/clock.js';
 import { newId } from '../../shared/crypto.js';
-import type { Db } from '../../shared/db/pool.js';
+import { tx, type Db } from '../../shared/db/pool.js';
 import type { MtaEventData, MtaEventEnvelope, MtaEventName, MtaMailboxDelivery } from '../../shared/contracts/mta.js';
 import type { MtaPolicy } from '../policy.js';
 
@@ -104,17 +104,34 @@ export class OutboxStore {
     return new Set(res.rows.map((r) => r.id));
   }
 
-  /** Takes due pending rows, oldest first, leasing them to the caller. */
-  async claimDue(limit: number): Promise<ClaimedEvent[]> {
+  /**
+   * Takes due pending rows, oldest first, leasing them to the caller: at most `limit` rows and
+   * about `maxBytes` of bodies (the first row always), so a backlog of 25 MB inbound messages
+   * is taken a few at a time, not 500 into memory at once. The sizes come from the TOAST
+   * pointers; only the bodies taken are read.
+   */
+  async claimDue(limit: number, maxBytes = Infinity): Promise<ClaimedEvent[]> {
     const now = this.clock.now();
-    const res = await this.db.query<{ id: string; event: OutboxKind; body: string; attempts: number }>(
-      `UPDATE mta_outbox o SET next_at = $2
-         FROM (SELECT seq FROM mta_outbox WHERE state = 'pending' AND next_at <= $1 ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED) d
-        WHERE o.seq = d.seq
-       RETURNING o.seq, o.id, o.event, o.body, o.attempts`,
-      [new Date(now), new Date(now + this.policy.leaseMs), limit],
-    );
-    return res.rows.sort((a, b) => Number((a as { seq?: string }).seq) - Number((b as { seq?: string }).seq));
+    const rows = await tx(this.db, async (c) => {
+      const due = await c.query<{ seq: string; size: number }>(
+        `SELECT seq, octet_length(body) AS size FROM mta_outbox WHERE state = 'pending' AND next_at <= $1 ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED`,
+        [new Date(now), limit],
+      );
+      const seqs: string[] = [];
+      let bytes = 0;
+      for (const r of due.rows) {
+        if (seqs.length > 0 && bytes + r.size > maxBytes) break;
+        bytes += r.size;
+        seqs.push(r.seq);
+      }
+      if (seqs.length === 0) return [];
+      const res = await c.query<{ seq: string; id: string; event: OutboxKind; body: string; attempts: number }>(
+        `UPDATE mta_outbox SET next_at = $2 WHERE seq = ANY ($1::bigint[]) RETURNING seq, id, event, body, attempts`,
+        [seqs, new Date(now + this.policy.leaseMs)],
+      );
+      return res.rows;
+    });
+    return rows.sort((a, b) => Number(a.seq) - Number(b.seq)).map(({ seq: _, ...r }) => r);
   }
 
   /** The backend took them: done. */

@@ -10,6 +10,9 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receiver.js';
 import { eventually, postedEvents, startMta, type TestMta } from '../helpers.js';
 import { hmacSha256Hex } from '../../../src/shared/crypto.js';
+import { ManualClock } from '../../../src/shared/clock.js';
+import { OutboxStore } from '../../../src/mta/outbox/store.js';
+import { DEFAULT_POLICY } from '../../../src/mta/policy.js';
 
 const SECRET = 'routing-test-secret';
 let backend: HttpReceiver;
@@ -271,4 +274,33 @@ describe('personal mailboxes', () => {
       await bare.close();
     }
   });
+});
+
+describe('large messages through the outbox', () => {
+  it('a 6 MB message is posted as one event on its own, intact; a backlog is claimed a few megabytes at a time', async () => {
+    const attachment = Buffer.alloc(6 * 1024 * 1024, 7).toString('base64').replace(/.{76}/g, '$&\r\n');
+    const big = message().replace(Buffer.from('%PDF-1.4 fake invoice bytes').toString('base64'), attachment);
+    const [a, b] = await Promise.all([send(['support@acme.test'], big), send(['support@acme.test'], message({ subject: 'small' }))]);
+    expect(a.ok && b.ok).toBe(true);
+    const reqs = await backend.waitFor(2, 30_000);
+    const large = reqs.find((r) => r.rawBody.length > 1_000_000)!;
+    const body = JSON.parse(large.rawBody.toString());
+    expect(Array.isArray(body)).toBe(false);
+    expect(body.data.attachments[0].size).toBe(6 * 1024 * 1024);
+    expect(Buffer.from(body.data.raw, 'base64').length).toBe(body.data.rawSize);
+    expect(body.data.rawSize).toBeGreaterThan(big.length);
+    await t.mta.context.relay.settle();
+
+    // Rows of 1 MB each, due: a claim bounded to 2.5 MB takes two (and always at least one).
+    const store = t.mta.context.stores.outbox;
+    const rows = [1, 2, 3].map((i) => ({ id: `mevt_big_${i}`, event: 'inbound.received' as const, body: JSON.stringify({ pad: 'x'.repeat(1024 * 1024), i }) }));
+    await store.insert(rows);
+    // Claimed by a store whose clock is past their lease; the relays (on t.clock) do not see them due.
+    const later = new OutboxStore(t.db.pool, new ManualClock(t.clock.now() + 60_000), DEFAULT_POLICY.events);
+    const first = await later.claimDue(500, 2.5 * 1024 * 1024);
+    expect(first.map((r) => r.id)).toEqual(['mevt_big_1', 'mevt_big_2']);
+    const second = await later.claimDue(500, 1);
+    expect(second.map((r) => r.id)).toEqual(['mevt_big_3']);
+    await store.delivered(rows.map((r) => r.id));
+  }, 60_000);
 });
