@@ -140,7 +140,7 @@ export class InboundMail {
     return { auth, stamped: Buffer.concat([Buffer.from(auth.prepend, 'latin1'), msg.raw]), digest: createHash('sha256').update(msg.raw).digest('base64url') };
   }
 
-  private received(msg: ReceivedMessage, c: Checked, p: Parsed, targets: InboundTarget[], route: { domain: string; address: string }): MtaEventData['inbound.received'] {
+  private received(msg: ReceivedMessage, c: Checked, p: Parsed, targets: InboundTarget[], route: { domain: string; address: string }): MtaEventData[typeof MTA_EVENT.inboundReceived] {
     const { prepend: _, ...authentication } = c.auth;
     return {
       messageId: p.mail?.messageId ? clip(p.mail.messageId, 998) : null,
