@@ -92,6 +92,8 @@ export async function inboundRoutes(app: HttpApp, m: MtaContext): Promise<void> 
           }
           if (!targets.some((x) => x.toLowerCase() === n.toLowerCase())) targets.push(n);
         }
+        // Copies are re-originated under the domain: unsigned they would fail at delivery.
+        if ((await m.stores.dkim.get(domain)).length === 0) throw conflict(`${domain} has no DKIM key; add one with POST /dkim before forwarding from it`, 'dkim_key_missing');
       } else if (b.targets?.length) {
         throw badInput('targets are only for action forward', 'unexpected_targets');
       } else targets = [];

@@ -5,6 +5,8 @@
  * team-inbox event and the mailbox delivery posted to a real HTTP receiver on loopback.
  */
 import { execFile } from 'node:child_process';
+import { generateKeyPairSync } from 'node:crypto';
+import { connect } from 'node:net';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receiver.js';
@@ -23,6 +25,8 @@ beforeAll(async () => {
   backend = await startHttpReceiver();
   t = await startMta({ start: true, env: { MTA_WEBHOOK_URL: `${backend.url}/webhooks/mta`, MTA_WEBHOOK_SECRET: SECRET, BOUNCE_HOST: 'mx.lettermill.test' } });
   other = await startMta({ db: t.db, env: { MTA_WEBHOOK_URL: `${backend.url}/webhooks/mta`, MTA_WEBHOOK_SECRET: SECRET } });
+  const privateKey = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+  for (const domain of ['crud.test', 'one.test', 'two.test']) expect((await t.call('POST', '/dkim', { domain, selector: 's1', privateKey })).status).toBeLessThan(300);
 }, 60_000);
 afterAll(async () => {
   await other?.close();
@@ -86,6 +90,9 @@ describe('the Master-key routes', () => {
       expect(r.status, JSON.stringify(body)).toBe(status);
       expect(r.body.error.data.reason).toBe(reason);
     }
+    const unsigned = await t.call('POST', '/inbound/routes', { domain: 'nokey.test', address: 'x', action: 'forward', targets: ['a@b.test'] });
+    expect(unsigned.status).toBe(409);
+    expect(unsigned.body.error.data.reason).toBe('dkim_key_missing');
     const schema = await t.call('POST', '/inbound/routes', { domain: 'acme.test', address: 'x', action: 'archive' });
     expect(schema.status).toBe(400);
     expect(schema.body.error).toBeTruthy();
@@ -255,6 +262,48 @@ describe('personal mailboxes', () => {
     const full = await send(['carol@acme.test'], message());
     expect(full.ok).toBe(false);
     expect(full.response).toMatch(/^452 4\.2\.2/);
+    backend.setResponder(undefined);
+  });
+
+  it('MAIL FROM SIZE past the quota gets 452 4.2.2 at RCPT; within it, swaks delivers to the mailbox', async () => {
+    expect((await t.call('POST', '/mailboxes/cache/erin@acme.test', { mailboxId: 'mb-erin', organizationId: 'org-1', quota: 5_000 })).status).toBe(201);
+    const rcpt = async (size: number) => {
+      const socket = connect(port(), '127.0.0.1');
+      let buffer = '';
+      const replies: string[] = [];
+      let waiting: (() => void) | null = null;
+      socket.on('data', (d) => {
+        buffer += d.toString();
+        if (/(?:^|\r\n)\d{3} [^\r\n]*\r\n$/.test(buffer)) {
+          replies.push(buffer);
+          buffer = '';
+          waiting?.();
+        }
+      });
+      const next = () => new Promise<void>((r) => (waiting = r));
+      await next();
+      for (const line of ['EHLO mx.outside.test', `MAIL FROM:<alice@outside.test> SIZE=${size}`, 'RCPT TO:<erin@acme.test>']) {
+        const p = next();
+        socket.write(`${line}\r\n`);
+        await p;
+      }
+      socket.end('QUIT\r\n');
+      return replies.at(-1)!;
+    };
+    await eventually(() => t.mta.context.stores.mailboxes.get('erin@acme.test'));
+    expect(await rcpt(6_000)).toMatch(/^452 4\.2\.2/);
+    expect(await rcpt(1_000)).toMatch(/^250/);
+
+    backend.setResponder(() => ({ status: 200, body: { data: { stored: true, duplicate: false, usedBytes: 1_234 } } }));
+    const out = await new Promise<string>((resolve) => {
+      const child = execFile('swaks', ['--server', '127.0.0.1', '--port', String(port()), '--helo', 'mx.outside.test', '--timeout', '20', '--from', 'alice@outside.test', '--to', 'erin@acme.test', '--header', 'Subject: to erin'], { timeout: 30_000 }, (_e, so, se) => resolve(`${so}${se}`));
+      child.stdin?.end();
+    });
+    expect(out).toMatch(/<-\s+250 /);
+    const [req] = await backend.waitFor(1);
+    expect(req!.url).toBe('/webhooks/mta-mailbox');
+    expect(Buffer.from(JSON.parse(req!.rawBody.toString()).raw, 'base64').toString()).toContain('Subject: to erin');
+    await eventually(() => t.mta.context.stores.mailboxes.get('erin@acme.test')!.usedBytes === 1_234);
     backend.setResponder(undefined);
   });
 
