@@ -175,12 +175,15 @@ export class MailboxCacheStore extends ReloadingCache<Map<string, MailboxEntry>>
     return removed;
   }
 
-  /** The backend's answer to a delivery: the mailbox's bytes, for the next 452 check (every instance). */
+  /**
+   * The backend's answer to a delivery: the mailbox's bytes, for the next 452 check. Written to
+   * the row and to this instance's copy without a NOTIFY: a reload of the whole cache on every
+   * instance per delivered message would cost more than it protects. Other instances read it at
+   * their next reload (any change to the table, at most 60 s); the backend counts the quota.
+   */
   async used(address: string, mailboxId: string, usedBytes: number): Promise<void> {
-    await tx(this.db, async (c) => {
-      const res = await c.query('UPDATE mta_mailbox_cache SET used_bytes = $3 WHERE address = $1 AND mailbox_id = $2 AND used_bytes <> $3', [address, mailboxId, usedBytes]);
-      if (res.rowCount === 1) await this.announce(c);
-    });
-    await this.reload();
+    await this.db.query('UPDATE mta_mailbox_cache SET used_bytes = $3 WHERE address = $1 AND mailbox_id = $2', [address, mailboxId, usedBytes]);
+    const e = this.data.get(address);
+    if (e && e.mailboxId === mailboxId) this.data.set(address, { ...e, usedBytes });
   }
 }
