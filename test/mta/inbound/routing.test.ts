@@ -185,6 +185,16 @@ describe('reception', () => {
     await eventually(async () => (await t.db.pool.query('SELECT count(*)::int AS n FROM mta_outbox')).rows[0].n === 0);
   });
 
+  it('the same message sent again (a 250 the sender never saw) is the same event, kept once by id', async () => {
+    const raw = message({ subject: 'sent twice' });
+    expect((await send(['support@acme.test'], raw)).ok).toBe(true);
+    expect((await send(['support@acme.test'], raw)).ok).toBe(true);
+    await t.mta.context.relay.settle();
+    const ids = postedEvents(backend.requests).filter((e) => e.data.subject === 'sent twice').map((e) => e.id);
+    expect(ids.length).toBeGreaterThanOrEqual(1);
+    expect(new Set(ids).size).toBe(1);
+  });
+
   it('an exact route wins over the catch-all; any other address of the domain takes the catch-all', async () => {
     await send(['someone-else@acme.test'], message({ subject: 'catch all' }));
     const [e] = postedEvents(await backend.waitFor(1));
