@@ -200,11 +200,26 @@ export class OutboxStore {
   }
 }
 
+/**
+ * A dead row as the DLQ shows it. A mailbox delivery is shown in the event shape (its fields as
+ * `data`); the message bytes (`raw`, up to 34 MB of base64) are left out of the listing, never
+ * out of the row a retry posts.
+ */
+function shown(event: string, text: string): DlqEntry['body'] {
+  const body = JSON.parse(text);
+  const view = event === MAILBOX_DELIVERY ? { id: body.id, event, timestamp: body.receivedAt, data: body } : body;
+  if (view.data && typeof view.data.raw === 'string') {
+    const { raw: _, ...rest } = view.data;
+    view.data = { ...rest, rawOmitted: true };
+  }
+  return view;
+}
+
 function toEntry(r: Record<string, any>): DlqEntry {
   return {
     id: r.id,
     event: r.event,
-    body: JSON.parse(r.body),
+    body: shown(r.event, r.body),
     error: r.last_error ?? '',
     attempts: r.attempts,
     createdAt: r.created_at.toISOString(),

@@ -319,6 +319,34 @@ describe('personal mailboxes', () => {
     backend.setResponder(undefined);
   });
 
+  it('a delivery the backend keeps refusing is dead-lettered, listed without its bytes, and a DLQ retry posts it again', async () => {
+    backend.setResponder(() => 503);
+    expect((await t.call('POST', '/mailboxes/cache/frank@acme.test', { mailboxId: 'mb-frank', organizationId: 'org-1' })).status).toBe(201);
+    await eventually(() => t.mta.context.stores.mailboxes.get('frank@acme.test'));
+    expect((await send(['frank@acme.test'], message({ subject: 'for frank' }))).ok).toBe(true);
+    await t.mta.context.relay.settle();
+    for (let i = 0; i < DEFAULT_POLICY.events.maxAttempts; i++) {
+      t.clock.advance(2 * 3_600_000);
+      await t.mta.context.relay.poll();
+      await t.mta.context.relay.settle();
+    }
+    const dlq = await t.call('GET', '/dlq');
+    expect(dlq.status).toBe(200);
+    const entry = dlq.body.data.find((e: { event: string }) => e.event === 'mta-mailbox');
+    expect(entry).toBeTruthy();
+    expect(entry.body.data).toMatchObject({ address: 'frank@acme.test', mailboxId: 'mb-frank', rawOmitted: true });
+    expect(entry.body.data.raw).toBeUndefined();
+    expect(entry.attempts).toBe(DEFAULT_POLICY.events.maxAttempts);
+    backend.reset();
+    backend.setResponder(() => ({ status: 200, body: { data: { stored: true, duplicate: false, usedBytes: 1 } } }));
+    expect((await t.call('POST', `/dlq/${entry.id}/retry`)).status).toBe(202);
+    const [again] = await backend.waitFor(1);
+    expect(again!.url).toBe('/webhooks/mta-mailbox');
+    expect(Buffer.from(JSON.parse(again!.rawBody.toString()).raw, 'base64').toString()).toContain('Subject: for frank');
+    await t.mta.context.relay.settle();
+    backend.setResponder(undefined);
+  });
+
   it('fails closed: without a webhook secret mailbox and inbox mail get 451, nothing is written', async () => {
     const bare = await startMta({ db: t.db, start: true, env: { MTA_WEBHOOK_URL: `${backend.url}/webhooks/mta` } });
     try {
