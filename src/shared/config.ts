@@ -153,7 +153,7 @@ export const SPEC = {
   SES_SNS_TOPIC_ARNS: v(list, 'SNS topic ARNs whose SES notifications /webhooks/ses accepts (unset: route answers 503)'),
   BOUNCE_VERP_KEY: v(str, 'VERP and CFBL token key', { secret: true }),
   BOUNCE_HOST: v(str, 'host part of VERP and CFBL addresses'),
-  INBOUND_SMTP_PORT: v(port, "the MTA's inbound SMTP listener (bounces, feedback reports); 0: any free port", { default: 25 }),
+  INBOUND_SMTP_PORT: v(port, "the MTA's inbound SMTP listener (bounces, feedback reports, routed and mailbox mail); 0: any free port", { default: 25 }),
   INBOUND_SMTP_HOST: v(str, 'address the inbound SMTP listener binds (unset: all addresses)'),
   INBOUND_TLS_CERT: v(str, 'PEM certificate file; with INBOUND_TLS_KEY, STARTTLS is offered on the inbound listener'),
   INBOUND_TLS_KEY: v(str, 'PEM private key file of INBOUND_TLS_CERT'),
