@@ -13,14 +13,20 @@ import type { ReceivedMessage } from './server.js';
 
 const NONE: AuthResults = { spf: 'none', dkim: 'none', dmarc: 'none' };
 
+/**
+ * mailauth's resolver through DNS_SERVERS. One c-ares channel for every message: a new one per
+ * query cost more than the query (bench:inbound, docs/performance.md).
+ */
+function dnsResolver(servers: readonly string[] | undefined): (name: string, rrtype: string) => Promise<unknown> {
+  const r = new dns.Resolver({ timeout: 2_000, tries: 2 });
+  if (servers?.length) r.setServers([...servers]);
+  return (name, rrtype) => r.resolve(name, rrtype as 'TXT');
+}
+
 export function reportAuthenticator(o: { dnsServers: readonly string[] | undefined; name: string; enabled: boolean }): (msg: ReceivedMessage) => Promise<AuthResults> {
   // Tests without a loopback resolver never ask the machine's resolvers (traffic stays on loopback).
   if (!o.enabled) return async () => NONE;
-  const resolver = async (name: string, rrtype: string) => {
-    const r = new dns.Resolver({ timeout: 2_000, tries: 2 });
-    if (o.dnsServers?.length) r.setServers([...o.dnsServers]);
-    return r.resolve(name, rrtype as 'TXT');
-  };
+  const resolver = dnsResolver(o.dnsServers);
   return async (msg) => {
     const res = await authenticate(msg.raw, {
       ip: msg.remoteIp,
@@ -57,10 +63,7 @@ export function inboundAuthenticator(o: { dnsServers: readonly string[] | undefi
       return { header, spf: 'none', dkim: 'none', dmarc: 'none', dmarcPolicy: null, prepend: `Authentication-Results: ${header}\r\n` };
     };
   }
-  // One resolver (one c-ares channel) for every message: a new one per query cost more than the query.
-  const r = new dns.Resolver({ timeout: 2_000, tries: 2 });
-  if (o.dnsServers?.length) r.setServers([...o.dnsServers]);
-  const resolver = (name: string, rrtype: string) => r.resolve(name, rrtype as 'TXT');
+  const resolver = dnsResolver(o.dnsServers);
   return async (msg) => {
     const res = await authenticate(msg.raw, {
       ip: msg.remoteIp,
