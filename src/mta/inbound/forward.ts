@@ -32,17 +32,19 @@ interface Field {
   text: string;
 }
 
+/** Bytes searched for the end of the header block (RFC 5322 has no limit; real blocks are < 64 KB). */
+const HEADER_SCAN = 1024 * 1024;
+
 /** Splits the header block into fields; the body starts at `bodyAt`. */
 export function headerFields(raw: Buffer): { fields: Field[]; bodyAt: number } {
-  const s = raw.toString('latin1');
-  let end = s.indexOf('\r\n\r\n');
-  let bodyAt = end + 4;
-  if (end < 0) {
-    end = s.length;
-    bodyAt = s.length;
-  }
+  // The header block only: a 25 MB body is never turned into a string here.
+  const head = raw.subarray(0, Math.min(raw.length, HEADER_SCAN)).toString('latin1');
+  // Bare LF line ends (some clients send them) are read like CRLF; fields are rewritten with CRLF.
+  const m = /\r?\n\r?\n/.exec(head);
+  const end = m ? m.index : head.length;
+  const bodyAt = m ? m.index + m[0].length : head.length;
   const fields: Field[] = [];
-  for (const line of s.slice(0, end).split(/\r\n/)) {
+  for (const line of head.slice(0, end).split(/\r?\n/)) {
     if (/^[ \t]/.test(line) && fields.length > 0) fields[fields.length - 1]!.text += `${line}\r\n`;
     else if (line.length > 0) fields.push({ name: line.slice(0, Math.max(0, line.indexOf(':'))).trim().toLowerCase(), text: `${line}\r\n` });
   }
