@@ -491,6 +491,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     dmarcReject: s.config.INBOUND_DMARC_REJECT,
     defaultOrganization: s.config.ORGANIZATION_ID,
     policy: policy.inbound,
+    metrics,
     clock: s.clock,
     log,
   });

@@ -17,6 +17,7 @@ import type { Logger } from '../../shared/log.js';
 import { formatMailbox, normalizeAddress } from '../../shared/mail/address.js';
 import type { OutboxRelay } from '../outbox/relay.js';
 import { inboundEventId } from '../outbox/store.js';
+import type { MtaMetrics } from '../metrics.js';
 import type { MtaPolicy } from '../policy.js';
 import type { InboundRouteStore, MailboxCacheStore } from '../stores/inbound.js';
 import type { InboundAuth } from './auth.js';
@@ -36,6 +37,7 @@ export interface InboundMailOptions {
   /** Organization of forward routes that name none (ORGANIZATION_ID). */
   defaultOrganization: string;
   policy: MtaPolicy['inbound'];
+  metrics: MtaMetrics | null;
   clock: Clock;
   log: Logger;
 }
@@ -55,7 +57,24 @@ export class InboundMail {
 
   constructor(private readonly o: InboundMailOptions) {}
 
-  readonly inbox = async (msg: ReceivedMessage): Promise<void> => {
+  readonly inbox = (msg: ReceivedMessage): Promise<void> => this.counted('inbox', msg, () => this.toInbox(msg));
+  readonly mailbox = (msg: ReceivedMessage): Promise<void> => this.counted('mailbox', msg, () => this.toMailbox(msg));
+  readonly forward = (msg: ReceivedMessage): Promise<void> => this.counted('forward', msg, () => this.toForward(msg));
+
+  /** Counts each message's outcome per kind (mta_inbound_routed_total). */
+  private async counted(kind: string, msg: ReceivedMessage, run: () => Promise<void>): Promise<void> {
+    try {
+      await run();
+      this.o.metrics?.inboundRouted.inc({ kind, outcome: 'accepted' }, msg.targets.length);
+    } catch (err) {
+      const code = (err as { responseCode?: number; message: string }).responseCode;
+      const outcome = code === 554 ? 'loop' : code === 550 ? 'dmarc_reject' : 'failed';
+      this.o.metrics?.inboundRouted.inc({ kind, outcome }, msg.targets.length);
+      throw err;
+    }
+  }
+
+  private async toInbox(msg: ReceivedMessage): Promise<void> {
     const c = await this.check(msg);
     const parsed = await parse(c.stamped);
     const byRoute = new Map<string, InboundTarget[]>();
@@ -65,9 +84,9 @@ export class InboundMail {
       const data = this.received(msg, c, parsed, targets, { domain: route.slice(at + 1), address: route.slice(0, at) });
       await this.o.relay.record(MTA_EVENT.inboundReceived, data, inboundEventId('i', c.digest, route));
     }
-  };
+  }
 
-  readonly mailbox = async (msg: ReceivedMessage): Promise<void> => {
+  private async toMailbox(msg: ReceivedMessage): Promise<void> {
     const c = await this.check(msg);
     const raw = c.stamped.toString('base64');
     for (const t of msg.targets) {
@@ -87,9 +106,9 @@ export class InboundMail {
         raw,
       });
     }
-  };
+  }
 
-  readonly forward = async (msg: ReceivedMessage): Promise<void> => {
+  private async toForward(msg: ReceivedMessage): Promise<void> {
     const c = await this.check(msg);
     const jobs: MtaRawJob[] = [];
     for (const t of msg.targets) {
@@ -117,7 +136,7 @@ export class InboundMail {
       }
     }
     if (jobs.length > 0) await this.o.enqueue(jobs);
-  };
+  }
 
   /** Loops, authentication and the DMARC verdict: once per message, whatever its kinds. */
   private check(msg: ReceivedMessage): Promise<Checked> {

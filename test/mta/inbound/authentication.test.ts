@@ -116,6 +116,7 @@ describe('SPF, DKIM and DMARC of routed mail', () => {
     const r = await send(t.mta.inbound.port!, 'mallory@evil.test', mail('CEO <ceo@strict.test>', 'wire money'));
     expect(r.ok).toBe(false);
     expect(r.response).toMatch(/^550 5\.7\.1/);
+    expect((await t.call('GET', '/metrics')).body).toMatch(/^mta_inbound_routed_total\{kind="inbox",outcome="dmarc_reject"\} 1$/m);
     await new Promise((res) => setTimeout(res, 300));
     expect(backend.requests).toHaveLength(0);
   });

@@ -211,6 +211,9 @@ describe('reception', () => {
     const many = await send(['support@acme.test'], message({ headers: hops }));
     expect(many.response).toMatch(/^554 5\.4\.6/);
     expect(backend.requests).toHaveLength(0);
+    const metrics = (await t.call('GET', '/metrics')).body as string;
+    expect(metrics).toMatch(/^mta_inbound_routed_total\{kind="inbox",outcome="loop"\} 2$/m);
+    expect(Number(/^mta_inbound_routed_total\{kind="inbox",outcome="accepted"\} (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThanOrEqual(3);
   });
 
   it('swaks: a routed address is taken with 250, an unknown one refused at RCPT', async () => {
