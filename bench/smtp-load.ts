@@ -1,7 +1,7 @@
 /**
- * Shared pieces of the inbound-listener benchmarks (bench:bounce, bench:inbound): a pooled
- * nodemailer client pushing messages, and the bare smtp-server baseline that reads each
- * message and answers 250.
+ * bench:inbound's load pieces: a pooled nodemailer client pushing messages, and the bare
+ * smtp-server baseline that reads each message and answers 250 (the same measurement
+ * bench:bounce started with; it now runs its client in a child process of its own).
  */
 import nodemailer from 'nodemailer';
 import { SMTPServer } from 'smtp-server';

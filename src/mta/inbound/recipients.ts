@@ -19,7 +19,7 @@ export interface RcptContext {
   size?: number;
 }
 
-export type RecipientStep = (address: string, ctx: RcptContext) => InboundTarget | null | Promise<InboundTarget | null>;
+export type RecipientStep = (address: string, ctx?: RcptContext) => InboundTarget | null | Promise<InboundTarget | null>;
 
 /** Report addresses: `bounce+<token>@<host>` and `fbl+<token>@<host>` at any host we send from. */
 export const REPORT_KINDS = ['bounce', 'fbl'] as const;

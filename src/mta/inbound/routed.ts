@@ -23,7 +23,7 @@ export function routedRecipients(routes: InboundRouteStore, mailboxes: MailboxCa
     if (exact) return { kind: exact.action, address: normalized, token: `${exact.address}@${exact.domain}` };
     const mailbox = mailboxes.get(normalized);
     if (mailbox) {
-      if (mailbox.quota !== null && (mailbox.usedBytes >= mailbox.quota || mailbox.usedBytes + (ctx.size ?? 0) > mailbox.quota)) {
+      if (mailbox.quota !== null && (mailbox.usedBytes >= mailbox.quota || mailbox.usedBytes + (ctx?.size ?? 0) > mailbox.quota)) {
         throw smtpError(452, '4.2.2 Mailbox full, try again later');
       }
       return { kind: MAILBOX_KIND, address: normalized, token: mailbox.mailboxId };
