@@ -13,6 +13,7 @@ import type { Deliverer } from './delivery/types.js';
 import { createDispatcher } from './dispatch.js';
 import type { EffectDeps } from './effects.js';
 import { groupKeyOf, type MtaJobPayload, type MtaQueuedPayload } from './job.js';
+import { domainOf } from '../shared/mail/address.js';
 import { createMetrics } from './metrics.js';
 import { MTA_EVENT } from '../shared/contracts/mta.js';
 import { OutboxRelay } from './outbox/relay.js';
@@ -61,9 +62,13 @@ import { OrgLimitStore } from './stores/org-limits.js';
 import { PoolRuleStore } from './stores/pool-rules.js';
 import { SuppressionStore } from './stores/suppression.js';
 import { ReturnPathStore } from './stores/return-paths.js';
+import { InboundRouteStore, MailboxCacheStore } from './stores/inbound.js';
+import { inboundRoutes } from './routes/inbound.js';
+import { InboundMail } from './inbound/mail.js';
+import { MAILBOX_KIND, routedRecipients } from './inbound/routed.js';
 import { FeedbackReportStore } from './stores/feedback-reports.js';
 import { returnPathRoutes } from './routes/return-paths.js';
-import { reportAuthenticator } from './inbound/auth.js';
+import { inboundAuthenticator, reportAuthenticator } from './inbound/auth.js';
 import { reportRecipients } from './inbound/recipients.js';
 import { FeedbackProcessor } from './inbound/reports.js';
 import { InboundSmtpServer } from './inbound/server.js';
@@ -162,6 +167,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     logs: new DeliveryLogStore(s.db, { clock: s.clock, leaseMs: policy.events.leaseMs, written: (events) => relay.written(events) }),
     outbox: new OutboxStore(s.db, s.clock, policy.events),
     returnPaths: new ReturnPathStore(s.db, log, feed, s.clock),
+    routes: new InboundRouteStore(s.db, log, feed, s.clock),
+    mailboxes: new MailboxCacheStore(s.db, log, feed, s.clock),
     feedbackReports: new FeedbackReportStore(s.db, s.clock, policy.events.leaseMs, suppression),
   };
   const ipStatus = new IpStatus(s.coord, s.clock, pools);
@@ -189,7 +196,17 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     emergency: () => ipStatus.allBlocked(),
     warming: () => Promise.all(pools.addresses.map((ip) => warming.view(ip))),
   });
-  const relay = new OutboxRelay(stores.outbox, { secret: s.config.MTA_WEBHOOK_SECRET, policy: policy.events }, s.clock, log, metrics);
+  const relay = new OutboxRelay(
+    stores.outbox,
+    {
+      secret: s.config.MTA_WEBHOOK_SECRET,
+      policy: policy.events,
+      onMailboxStored: (d, r) => stores.mailboxes.used(d.address, d.mailboxId, r.usedBytes),
+    },
+    s.clock,
+    log,
+    metrics,
+  );
 
   const breaker = new OrgBreaker(s.coord, s.clock, policy, instanceId, {
     onTrip(orgId, st) {
@@ -396,7 +413,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     return metrics.registry.metrics();
   });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
-  const groups = [returnPathRoutes, credentialRoutes, dkimRoutes, transportRoutes, orgLimitRoutes, poolRuleRoutes, ispProfileRoutes, ipReputationRoutes, ipAuditRoutes, suppressionRoutes, deliveryLogRoutes, queueRoutes, dlqRoutes];
+  const groups = [returnPathRoutes, inboundRoutes, credentialRoutes, dkimRoutes, transportRoutes, orgLimitRoutes, poolRuleRoutes, ispProfileRoutes, ipReputationRoutes, ipAuditRoutes, suppressionRoutes, deliveryLogRoutes, queueRoutes, dlqRoutes];
   for (const group of groups) {
     await app.register(async (g: FastifyInstance) => group(g.withTypeProvider<TypeBoxTypeProvider>() as HttpApp, context));
   }
@@ -411,7 +428,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     throw err;
   }
   await feed.start();
-  const caches = [stores.suppression, stores.profiles, stores.orgLimits, stores.poolRules, stores.returnPaths];
+  const caches = [stores.suppression, stores.profiles, stores.orgLimits, stores.poolRules, stores.returnPaths, stores.routes, stores.mailboxes];
   for (const c of caches) c.start();
   try {
     await app.ready();
@@ -458,6 +475,29 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     log,
     prefetch: policy.feedback.prefetch,
   });
+  // Routed and mailbox mail (docs/inbound.md).
+  const routedMail = new InboundMail({
+    routes: stores.routes,
+    mailboxes: stores.mailboxes,
+    relay,
+    authenticate: inboundAuthenticator({ dnsServers: s.config.DNS_SERVERS, name: bounceHost, enabled: deliveryEnabled(s.config) }),
+    enqueue: async (jobs) => {
+      const now = s.clock.now();
+      await queue.enqueueMany(
+        jobs.map((j) => {
+          const payload: MtaJobPayload = { ...j, engagementScore: null, recipient: j.to.toLowerCase(), domain: domainOf(j.to), band: 'default', acceptedAt: now };
+          return { groupKey: groupKeyOf(payload.ipPool, payload.domain), payload, priority: policy.defaultPriority, orgId: payload.organizationId, dedupeKey: `${payload.organizationId.length}:${payload.organizationId}:${payload.messageId}` };
+        }),
+      );
+      depth.value += jobs.length;
+    },
+    dmarcReject: s.config.INBOUND_DMARC_REJECT,
+    defaultOrganization: s.config.ORGANIZATION_ID,
+    policy: policy.inbound,
+    metrics,
+    clock: s.clock,
+    log,
+  });
   if (!s.config.INBOUND_TLS_CERT !== !s.config.INBOUND_TLS_KEY) throw new ConfigError(['INBOUND_TLS_CERT and INBOUND_TLS_KEY must be set together']);
   const inbound = new InboundSmtpServer({
     host: s.config.INBOUND_SMTP_HOST ?? '',
@@ -467,8 +507,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     tls: s.config.INBOUND_TLS_CERT && s.config.INBOUND_TLS_KEY ? { certFile: s.config.INBOUND_TLS_CERT, keyFile: s.config.INBOUND_TLS_KEY } : undefined,
     production: s.config.NODE_ENV === 'production',
     policy: policy.inbound,
-    steps: [reportRecipients(() => new Set([bounceHost, ...stores.returnPaths.hosts()]))],
-    handlers: { bounce: feedback.handle, fbl: feedback.handle },
+    steps: [reportRecipients(() => new Set([bounceHost, ...stores.returnPaths.hosts()])), routedRecipients(stores.routes, stores.mailboxes)],
+    handlers: { bounce: feedback.handle, fbl: feedback.handle, inbox: routedMail.inbox, forward: routedMail.forward, [MAILBOX_KIND]: routedMail.mailbox },
     onAccepted: feedback.prefetch,
     log,
   });

@@ -21,6 +21,7 @@ import type { IspProfileStore } from './stores/isp-profiles.js';
 import type { OrgLimitStore } from './stores/org-limits.js';
 import type { PoolRuleStore } from './stores/pool-rules.js';
 import type { ReturnPathStore } from './stores/return-paths.js';
+import type { InboundRouteStore, MailboxCacheStore } from './stores/inbound.js';
 import type { FeedbackReportStore } from './stores/feedback-reports.js';
 import type { AddressAudit } from './reputation/audit.js';
 import type { BlocklistMonitor } from './reputation/monitor.js';
@@ -51,6 +52,9 @@ export interface MtaContext {
     /** The outbox; its dead rows are the DLQ. */
     outbox: OutboxStore;
     returnPaths: ReturnPathStore;
+    /** Inbound routes and the mailbox cache (docs/inbound.md). */
+    routes: InboundRouteStore;
+    mailboxes: MailboxCacheStore;
     feedbackReports: FeedbackReportStore;
   };
   state: {

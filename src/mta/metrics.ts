@@ -141,6 +141,13 @@ export function createMetrics(collectors: {
     registers: [registry],
   });
 
+  const inboundRouted = new Counter({
+    name: 'mta_inbound_routed_total',
+    help: 'Routed and mailbox messages received (docs/inbound.md), by kind (inbox, forward, mailbox) and outcome (accepted, loop, dmarc_reject, failed)',
+    labelNames: ['kind', 'outcome'],
+    registers: [registry],
+  });
+
   // Warming (mta.md → Warming cap behaviour): read from the shared state when scraped.
   let warmingViews: Promise<WarmingView[] | null> | null = null;
   const views = () => (warmingViews ??= (collectors.warming?.() ?? Promise.resolve([])).catch(() => null).finally(() => setTimeout(() => (warmingViews = null), 0)));
@@ -194,6 +201,7 @@ export function createMetrics(collectors: {
     feedbackAttributions,
     feedbackRejections,
     inboundReports,
+    inboundRouted,
     warmingPressure,
     setBreaker(orgId: string, state: BreakerStateName) {
       breakerState.set({ organization: orgId }, BREAKER_VALUE[state]);

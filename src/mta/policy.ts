@@ -168,7 +168,17 @@ export interface MtaPolicy {
   deliveryLogRetentionDays: number;
   /** Domains (and their subdomains) whose links screen a message out. Extended by CONTENT_URL_BLOCKLIST. */
   urlBlocklist: string[];
-  inbound: { maxClients: number; maxConnectionsPerIp: number; maxRecipients: number; socketTimeoutMs: number; closeTimeoutMs: number };
+  inbound: {
+    maxClients: number;
+    maxConnectionsPerIp: number;
+    maxRecipients: number;
+    socketTimeoutMs: number;
+    closeTimeoutMs: number;
+    /** A message with more Received header fields than this is refused as a loop (554 5.4.6). */
+    maxReceivedHeaders: number;
+    /** Targets of one forward route at most. */
+    maxForwardTargets: number;
+  };
   /**
    * `prefetch`: the provenance lookup a report's envelope token allows starts at RCPT and runs
    * while the message streams in; at most this many wait, this long (the unclaimed are dropped).
@@ -350,6 +360,9 @@ export const DEFAULT_POLICY: MtaPolicy = {
     maxRecipients: 100,
     socketTimeoutMs: 60_000,
     closeTimeoutMs: 30_000,
+    // Exim's received_headers_max; RFC 5321 §6.3 asks for at least 100 but real paths are < 15.
+    maxReceivedHeaders: 30,
+    maxForwardTargets: 10,
   },
   // Asynchronous bounces and complaints (mta.md: acceptance horizon, provenance and
   // de-duplication retention are each 16 days).

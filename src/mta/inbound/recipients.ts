@@ -1,8 +1,8 @@
 /**
  * The recipient check of the inbound SMTP server, as a list of steps tried in order at RCPT
- * TO: the first that claims an address decides where its mail goes. This issue's step takes
- * bounce and feedback-report addresses; routed addresses and mailboxes (docs/bounces.md) add
- * their own steps, and anything no step claims is refused with 550 5.1.1.
+ * TO: the first that claims an address decides where its mail goes. This step takes bounce
+ * and feedback-report addresses; routed.ts takes routed addresses and mailboxes
+ * (docs/inbound.md), and anything no step claims is refused with 550 5.1.1.
  */
 
 /** Where an accepted recipient's mail goes. `kind` names the handler. */
@@ -14,7 +14,12 @@ export interface InboundTarget {
   token?: string;
 }
 
-export type RecipientStep = (address: string) => InboundTarget | null | Promise<InboundTarget | null>;
+/** What the transaction said before RCPT TO: MAIL FROM's SIZE, when given. */
+export interface RcptContext {
+  size?: number;
+}
+
+export type RecipientStep = (address: string, ctx?: RcptContext) => InboundTarget | null | Promise<InboundTarget | null>;
 
 /** Report addresses: `bounce+<token>@<host>` and `fbl+<token>@<host>` at any host we send from. */
 export const REPORT_KINDS = ['bounce', 'fbl'] as const;

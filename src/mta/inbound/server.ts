@@ -201,8 +201,10 @@ export class InboundSmtpServer {
     try {
       const targets = (session as { targets?: InboundTarget[] }).targets ?? [];
       if (targets.length >= this.o.policy.maxRecipients) return cb(smtpError(452, '4.5.3 Too many recipients'));
+      const args = session.envelope.mailFrom ? (session.envelope.mailFrom.args as Record<string, string> | false) : false;
+      const size = Number(args ? args.SIZE : undefined);
       for (const step of this.o.steps) {
-        const target = await step(address);
+        const target = await step(address, Number.isFinite(size) ? { size } : {});
         if (target && this.o.handlers[target.kind]) {
           (session as { targets?: InboundTarget[] }).targets = [...targets, target];
           this.o.onAccepted?.(target);

@@ -11,6 +11,12 @@
  *
  * Delivery is at least once (a post whose answer is lost is made again); the backend applies
  * each event id at most once, so effects happen exactly once.
+ *
+ * Mailbox deliveries (kind MAILBOX_DELIVERY, docs/inbound.md) are rows of the same table
+ * posted one per request to `/webhooks/mta-mailbox` beside the events URL, signed the same
+ * way; the backend's answer (`usedBytes`) goes to `onMailboxStored`. Large rows (a 25 MB
+ * message is about 34 MB of JSON) always go alone: the Batcher's byte bound takes one item
+ * over it on its own.
  */
 import { unixSeconds, type Clock } from '../../shared/clock.js';
 import { hmacSha256Hex } from '../../shared/crypto.js';
@@ -18,26 +24,34 @@ import { Batcher } from '../../shared/batch.js';
 import type { Logger } from '../../shared/log.js';
 import { PeerClient, type PeerError } from '../../shared/net/peer.js';
 import { VERSION } from '../../shared/version.js';
-import type { MtaEventData, MtaEventName } from '../../shared/contracts/mta.js';
+import { MtaMailboxDeliveryResultSchema, type MtaEventData, type MtaEventName, type MtaMailboxDelivery, type MtaMailboxDeliveryResult } from '../../shared/contracts/mta.js';
+import { Value } from '@sinclair/typebox/value';
 import type { MtaEvents } from '../events.js';
 import type { MtaMetrics } from '../metrics.js';
 import type { MtaPolicy } from '../policy.js';
-import { outboxEvent, type OutboxEvent, type OutboxStore } from './store.js';
+import { MAILBOX_DELIVERY, outboxEvent, outboxMailbox, type OutboxEvent, type OutboxStore } from './store.js';
 
 export interface RelayOptions {
   /** Signs every post (MTA_WEBHOOK_SECRET); unset: events are not written at all (logged at start). */
   secret: string | undefined;
   policy: MtaPolicy['events'];
+  /** The backend stored a mailbox delivery and said how full the mailbox now is. */
+  onMailboxStored?: (delivery: MtaMailboxDelivery, result: MtaMailboxDeliveryResult['data']) => Promise<void>;
 }
+
+/** The backend's mailbox-delivery URL beside its events URL (…/webhooks/mta → …/webhooks/mta-mailbox). */
+export const mailboxUrl = (eventsUrl: string): string => eventsUrl.replace(/\/webhooks\/mta\/?$/, '/webhooks/mta-mailbox');
 
 export class OutboxRelay implements MtaEvents {
   private readonly http = new PeerClient();
   private readonly posts: Batcher<OutboxEvent, void>;
+  /** Mailbox deliveries: one per post (the contract's body is one object). */
+  private readonly mailboxPosts: Batcher<OutboxEvent, void>;
   private readonly writes: Batcher<OutboxEvent, boolean>;
   private timer: NodeJS.Timeout | undefined;
   private polling: Promise<void> | null = null;
   /** Where posts go, from start on (the MTA's peer option: role all learns it once the backend listens). */
-  private target: { url: string; secret: string } | null = null;
+  private target: { url: string; mailboxUrl: string; secret: string } | null = null;
   private started = false;
   private stopped = false;
 
@@ -52,6 +66,10 @@ export class OutboxRelay implements MtaEvents {
       await this.post(batch);
       return batch.map(() => undefined);
     }, o.policy.posts);
+    this.mailboxPosts = new Batcher<OutboxEvent, void>(async (batch) => {
+      await this.post(batch);
+      return batch.map(() => undefined);
+    }, { ...o.policy.posts, maxItems: 1 });
     // Events written on their own (breaker, warming, emergency): group-committed like the log.
     this.writes = new Batcher(async (batch) => {
       const fresh = await this.store.insert(batch);
@@ -88,10 +106,34 @@ export class OutboxRelay implements MtaEvents {
     }
   }
 
+  /**
+   * Writes an event whose cause must not be acknowledged before it is durable (received mail):
+   * rejects when it could not be written or there is nowhere to post it. `id` is stable.
+   */
+  async record<K extends MtaEventName>(event: K, data: MtaEventData[K], id: string): Promise<void> {
+    const e = this.event(event, data, id);
+    if (!e) throw new Error('MTA_WEBHOOK_URL or MTA_WEBHOOK_SECRET is not set: the event cannot be delivered');
+    if (await this.writes.submit(e, e.body.length)) this.written([e]);
+  }
+
+  /**
+   * Writes a mailbox delivery durably (rejects when it could not be written, or when there is
+   * nowhere to post it: mail is then refused with a temporary error rather than held unsigned).
+   */
+  async mailbox(delivery: MtaMailboxDelivery): Promise<void> {
+    if (!this.enabled) throw new Error('MTA_WEBHOOK_URL or MTA_WEBHOOK_SECRET is not set: mailbox mail cannot be delivered');
+    const row = outboxMailbox(delivery);
+    if (await this.writes.submit(row, row.body.length)) this.written([row]);
+  }
+
   /** Events this instance has just committed: post them now (they are leased to it). */
   written(events: readonly OutboxEvent[]): void {
     if (this.stopped || !this.target) return; // a later start (or another instance) takes them when the lease ends
-    for (const e of events) void this.posts.submit(e, e.body.length);
+    for (const e of events) void this.submit(e);
+  }
+
+  private submit(e: OutboxEvent): Promise<void> {
+    return (e.event === MAILBOX_DELIVERY ? this.mailboxPosts : this.posts).submit(e, e.body.length);
   }
 
   /**
@@ -106,7 +148,7 @@ export class OutboxRelay implements MtaEvents {
       this.log.warn('MTA_WEBHOOK_URL or MTA_WEBHOOK_SECRET is not set: events to the backend are not sent');
       return;
     }
-    this.target = { url, secret: this.o.secret };
+    this.target = { url, mailboxUrl: mailboxUrl(url), secret: this.o.secret };
     this.timer = setInterval(() => void this.poll(), this.o.policy.pollMs);
     this.timer.unref();
     void this.poll();
@@ -118,10 +160,12 @@ export class OutboxRelay implements MtaEvents {
     this.polling ??= (async () => {
       try {
         for (;;) {
-          const due = await this.store.claimDue(this.o.policy.posts.maxItems);
+          const { maxItems, maxBytes, maxInFlight } = this.o.policy.posts;
+          // Bytes: what the posts in flight may carry at once (a lone larger row still comes).
+          const due = await this.store.claimDue(maxItems, maxBytes * maxInFlight);
           if (due.length === 0) return;
-          await Promise.all(due.map((e) => this.posts.submit(e, e.body.length)));
-          if (due.length < this.o.policy.posts.maxItems || this.stopped) return;
+          await Promise.all(due.map((e) => this.submit(e)));
+          if (this.stopped) return;
         }
       } catch (err) {
         this.log.error({ err }, 'outbox poll failed');
@@ -141,7 +185,10 @@ export class OutboxRelay implements MtaEvents {
 
   /** One post of the batch, then its rows' bookkeeping. Never throws. */
   private async post(batch: OutboxEvent[]): Promise<void> {
-    const error = await this.send(batch.length === 1 ? batch[0]!.body : `[${batch.map((e) => e.body).join(',')}]`);
+    const mailbox = batch[0]!.event === MAILBOX_DELIVERY;
+    const sent = await this.send(batch.length === 1 ? batch[0]!.body : `[${batch.map((e) => e.body).join(',')}]`, mailbox ? this.target!.mailboxUrl : this.target!.url);
+    let error = sent.error;
+    if (error === null && mailbox) error = await this.mailboxStored(batch[0]!, sent.text);
     try {
       if (error === null) {
         await this.store.delivered(batch.map((e) => e.id));
@@ -164,9 +211,27 @@ export class OutboxRelay implements MtaEvents {
     }
   }
 
-  /** One signed POST of `text`; null on a 2xx, otherwise the error. */
-  private async send(text: string): Promise<string | null> {
-    const { url, secret } = this.target!;
+  /** The backend's answer to a mailbox delivery: kept beside the quota; null, or why it is not an answer. */
+  private async mailboxStored(row: OutboxEvent, text: string): Promise<string | null> {
+    let answer: unknown;
+    try {
+      answer = JSON.parse(text);
+    } catch {
+      return 'mailbox delivery answered without JSON';
+    }
+    if (!Value.Check(MtaMailboxDeliveryResultSchema, answer)) return 'mailbox delivery answered without { data: { stored, duplicate, usedBytes } }';
+    try {
+      await this.o.onMailboxStored?.(JSON.parse(row.body) as MtaMailboxDelivery, answer.data);
+    } catch (err) {
+      // Stored by the backend: only the quota figure is stale until the next delivery.
+      this.log.warn({ err, id: row.id }, 'mailbox usage could not be recorded');
+    }
+    return null;
+  }
+
+  /** One signed POST of `text`; error null on a 2xx (with the answer's text), otherwise the error. */
+  private async send(text: string, url: string): Promise<{ error: string | null; text: string }> {
+    const { secret } = this.target!;
     const ts = String(unixSeconds(this.clock.now()));
     try {
       const res = await this.http.postJson(
@@ -175,10 +240,10 @@ export class OutboxRelay implements MtaEvents {
         { 'user-agent': `Lettermill-MTA/${VERSION}`, 'x-mta-timestamp': ts, 'x-mta-signature': hmacSha256Hex(secret, `${ts}.${text}`) },
         this.o.policy.postTimeoutMs,
       );
-      return res.status >= 200 && res.status < 300 ? null : `HTTP ${res.status}`;
+      return { error: res.status >= 200 && res.status < 300 ? null : `HTTP ${res.status}`, text: res.text };
     } catch (err) {
       const e = err as PeerError;
-      return `${e.message}${e.code && !e.message.includes(e.code) ? ` (${e.code})` : ''}`;
+      return { error: `${e.message}${e.code && !e.message.includes(e.code) ? ` (${e.code})` : ''}`, text: '' };
     }
   }
 
@@ -186,6 +251,7 @@ export class OutboxRelay implements MtaEvents {
   async settle(): Promise<void> {
     await this.writes.drain();
     await this.posts.drain();
+    await this.mailboxPosts.drain();
   }
 
   /** Finishes posts in flight; rows not yet posted stay in the table for the next start. */
@@ -195,6 +261,7 @@ export class OutboxRelay implements MtaEvents {
     await this.writes.drain();
     await this.polling;
     await this.posts.drain();
+    await this.mailboxPosts.drain();
     this.http.close();
   }
 }

@@ -6,14 +6,22 @@
 import { createHash } from 'node:crypto';
 import { toIso, type Clock } from '../../shared/clock.js';
 import { newId } from '../../shared/crypto.js';
-import type { Db } from '../../shared/db/pool.js';
-import type { MtaEventData, MtaEventEnvelope, MtaEventName } from '../../shared/contracts/mta.js';
+import { tx, type Db } from '../../shared/db/pool.js';
+import type { MtaEventData, MtaEventEnvelope, MtaEventName, MtaMailboxDelivery } from '../../shared/contracts/mta.js';
 import type { MtaPolicy } from '../policy.js';
 
-/** One event as written and posted: `body` is the JSON object `{ id, event, timestamp, data }`. */
+/**
+ * The outbox's second kind of row: a personal-mailbox delivery, posted alone to the backend's
+ * `POST /webhooks/mta-mailbox` (body: MtaMailboxDelivery) instead of the events URL. Same
+ * table, retries, lease and dead-letter queue as events.
+ */
+export const MAILBOX_DELIVERY = 'mta-mailbox' as const;
+export type OutboxKind = MtaEventName | typeof MAILBOX_DELIVERY;
+
+/** One row as written and posted: `body` is the JSON object `{ id, event, timestamp, data }` (or a mailbox delivery). */
 export interface OutboxEvent {
   id: string;
-  event: MtaEventName;
+  event: OutboxKind;
   body: string;
 }
 
@@ -39,6 +47,11 @@ export function outboxEvent<K extends MtaEventName>(event: K, data: MtaEventData
   return { id, event, body: JSON.stringify(envelope) };
 }
 
+/** A mailbox delivery as an outbox row; its `id` is stable (the backend stores it at most once). */
+export function outboxMailbox(delivery: MtaMailboxDelivery): OutboxEvent {
+  return { id: delivery.id, event: MAILBOX_DELIVERY, body: JSON.stringify(delivery) };
+}
+
 /**
  * The id of a queue job's result event (`sent`, `bounced`, expired): the same for every run of
  * the job, so a job delivered again after a crash (before its outcome was recorded) produces
@@ -47,6 +60,11 @@ export function outboxEvent<K extends MtaEventName>(event: K, data: MtaEventData
  */
 export function resultEventId(organizationId: string, messageId: string, jobId: string): string {
   return `mevt_r${createHash('sha256').update(`${organizationId}\0${messageId}\0${jobId}`).digest('base64url').slice(0, 24)}`;
+}
+
+/** The id of the event or delivery a received message causes: the same when the sender sends it again. */
+export function inboundEventId(prefix: 'i' | 'm', ...parts: string[]): string {
+  return `mevt_${prefix}${createHash('sha256').update(parts.join('\0')).digest('base64url').slice(0, 24)}`;
 }
 
 /** The id of the event a received bounce or feedback report causes: the same for a replay of it. */
@@ -89,17 +107,34 @@ export class OutboxStore {
     return new Set(res.rows.map((r) => r.id));
   }
 
-  /** Takes due pending rows, oldest first, leasing them to the caller. */
-  async claimDue(limit: number): Promise<ClaimedEvent[]> {
+  /**
+   * Takes due pending rows, oldest first, leasing them to the caller: at most `limit` rows and
+   * about `maxBytes` of bodies (the first row always), so a backlog of 25 MB inbound messages
+   * is taken a few at a time, not 500 into memory at once. The sizes come from the TOAST
+   * pointers; only the bodies taken are read.
+   */
+  async claimDue(limit: number, maxBytes = Infinity): Promise<ClaimedEvent[]> {
     const now = this.clock.now();
-    const res = await this.db.query<{ id: string; event: MtaEventName; body: string; attempts: number }>(
-      `UPDATE mta_outbox o SET next_at = $2
-         FROM (SELECT seq FROM mta_outbox WHERE state = 'pending' AND next_at <= $1 ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED) d
-        WHERE o.seq = d.seq
-       RETURNING o.seq, o.id, o.event, o.body, o.attempts`,
-      [new Date(now), new Date(now + this.policy.leaseMs), limit],
-    );
-    return res.rows.sort((a, b) => Number((a as { seq?: string }).seq) - Number((b as { seq?: string }).seq));
+    const rows = await tx(this.db, async (c) => {
+      const due = await c.query<{ seq: string; size: number }>(
+        `SELECT seq, octet_length(body) AS size FROM mta_outbox WHERE state = 'pending' AND next_at <= $1 ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED`,
+        [new Date(now), limit],
+      );
+      const seqs: string[] = [];
+      let bytes = 0;
+      for (const r of due.rows) {
+        if (seqs.length > 0 && bytes + r.size > maxBytes) break;
+        bytes += r.size;
+        seqs.push(r.seq);
+      }
+      if (seqs.length === 0) return [];
+      const res = await c.query<{ seq: string; id: string; event: OutboxKind; body: string; attempts: number }>(
+        `UPDATE mta_outbox SET next_at = $2 WHERE seq = ANY ($1::bigint[]) RETURNING seq, id, event, body, attempts`,
+        [seqs, new Date(now + this.policy.leaseMs)],
+      );
+      return res.rows;
+    });
+    return rows.sort((a, b) => Number(a.seq) - Number(b.seq)).map(({ seq: _, ...r }) => r);
   }
 
   /** The backend took them: done. */
@@ -168,11 +203,26 @@ export class OutboxStore {
   }
 }
 
+/**
+ * A dead row as the DLQ shows it. A mailbox delivery is shown in the event shape (its fields as
+ * `data`); the message bytes (`raw`, up to 34 MB of base64) are left out of the listing, never
+ * out of the row a retry posts.
+ */
+function shown(event: string, text: string): DlqEntry['body'] {
+  const body = JSON.parse(text);
+  const view = event === MAILBOX_DELIVERY ? { id: body.id, event, timestamp: body.receivedAt, data: body } : body;
+  if (view.data && typeof view.data.raw === 'string') {
+    const { raw: _, ...rest } = view.data;
+    view.data = { ...rest, rawOmitted: true };
+  }
+  return view;
+}
+
 function toEntry(r: Record<string, any>): DlqEntry {
   return {
     id: r.id,
     event: r.event,
-    body: JSON.parse(r.body),
+    body: shown(r.event, r.body),
     error: r.last_error ?? '',
     attempts: r.attempts,
     createdAt: r.created_at.toISOString(),

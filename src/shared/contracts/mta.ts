@@ -230,6 +230,8 @@ const InboundAuthentication = Type.Object(
   Open,
 );
 
+export type InboundAuthentication = Static<typeof InboundAuthentication>;
+
 /** A message received for a routed address or mailbox. */
 const InboundReceivedData = Type.Object(
   {

@@ -8,6 +8,7 @@
 import { createHmac, generateKeyPairSync } from 'node:crypto';
 import { simpleParser } from 'mailparser';
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';
+import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { bearerApi } from '../../harness/app.js';
 import { startDnsServer, type DnsServer } from '../../harness/dns.js';
@@ -134,4 +135,27 @@ it('a reply whose References name a transactional send (POST /api/v1/transaction
   expect(await postSigned(mtaEvent('inbound.received', { from: 'buyer@readers.test', to: ['shop@news.test'], subject: 'Re: Your receipt', references: ['<older@readers.test>', sent.messageId!], receivedAt: new Date().toISOString() }, { at: Date.now() }))).toBe(200);
   const listed = await eventually(async () => (await call(b.url, 'GET', `/admin/inbox?sendId=${sendId}`, { admin: true })).body.data[0]);
   expect(listed).toMatchObject({ subject: 'Re: Your receipt', links: { sendId, campaignId: null, linkedBy: 'references' } });
+});
+
+it('both halves: a reply sent over SMTP to the inbound listener of the MTA reaches the team inbox linked to its contact, with our Authentication-Results', async () => {
+  const mta = bearerApi(() => b.app.mtaUrl!, KEY);
+  expect((await mta('POST', '/inbound/routes', { domain: 'news.test', address: 'news', action: 'inbox' })).status).toBe(201);
+  const send = (await b.app.db.pool.query(`SELECT id, message_id, campaign_id FROM email_sends WHERE campaign_id IS NOT NULL LIMIT 1`)).rows[0];
+  expect(send).toBeTruthy();
+  const reply = await new MailComposer({ from: 'Reader <reader@readers.test>', to: 'News <news@news.test>', subject: 'Re: over SMTP', text: 'Sent by my mail server.', inReplyTo: send.message_id, references: [send.message_id] })
+    .compile()
+    .build();
+  const transport = nodemailer.createTransport({ host: '127.0.0.1', port: b.app.mta!.inbound.port!, secure: false, ignoreTLS: true, name: 'mx.readers.test' });
+  try {
+    const info = await transport.sendMail({ envelope: { from: 'reader@readers.test', to: ['news@news.test'] }, raw: reply });
+    expect(info.response).toMatch(/^250/);
+  } finally {
+    transport.close();
+  }
+  const listed = await eventually(async () => (await call(b.url, 'GET', '/admin/inbox?contactId=ct_reader', { admin: true })).body.data.find((m: { subject: string }) => m.subject === 'Re: over SMTP'), 20_000);
+  expect(listed).toMatchObject({ links: { sendId: send.id, contactId: 'ct_reader', campaignId: send.campaign_id, linkedBy: 'in_reply_to' } });
+  const raw = Buffer.from(await (await fetch(`${b.url}/admin/inbox/${listed.id}/raw`, { headers: { authorization: 'Bearer test-admin-token-0123456789abcdef' } })).arrayBuffer());
+  // Our trace fields (folded) come first, then the message exactly as it was sent.
+  expect(raw.toString('latin1')).toMatch(/^Received-SPF: [\s\S]*?\r\nAuthentication-Results: bounces\.news\.test;/);
+  expect(raw.subarray(raw.length - reply.length).equals(reply)).toBe(true);
 });
