@@ -15,6 +15,8 @@ Commands:
   config                           list every configuration variable
   doctor [--json]                  the sending-address audit from the MTA (MTA_URL, MTA_API_KEY);
                                    exits 1 when an address is unusable
+  users create --email E --role R  create a dashboard user (admin, editor or viewer); the
+                                   password from --password or the first line of stdin
   bounce parse FILE...             parse stored bounces and complaints ("-" reads stdin);
                                    one JSON line per file and recipient
   help                             show this help
@@ -80,6 +82,11 @@ async function main(argv: string[]): Promise<void> {
         write: (s) => process.stdout.write(s),
       });
       process.exitCode = code;
+      return;
+    }
+    case 'users': {
+      const { usersCommand } = await import('./runtime/users-cli.js');
+      process.exitCode = await usersCommand(rest, { out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
       return;
     }
     case 'bounce': {

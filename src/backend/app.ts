@@ -7,6 +7,7 @@ import { registerFeedback } from './feedback/index.js';
 import { registerPublic } from './public/index.js';
 import { registerCampaigns } from './campaigns/index.js';
 import { registerApi, registerOpenApi } from './api/index.js';
+import { registerAdmin } from './admin/index.js';
 import { providerSettings } from './api/sending/provider.js';
 import { ProviderRouter } from './api/sending/router.js';
 import { registerDashboard } from './ui/index.js';
@@ -31,6 +32,7 @@ export async function createBackend(s: Services, peers: BackendPeers): Promise<B
   const app = createHttpApp({ log: s.log.child({ role: 'backend' }), trustProxy: s.config.TRUST_PROXY, limits: edgeLimits(s.config) });
   await registerOpenApi(app); // first: documents every route registered after it
   healthRoutes(app, s);
+  registerAdmin(app, s); // before the other areas: its audit hook covers their admin routes
   const events = new EventBus({ clock: s.clock, log: s.log });
   app.decorate('events', events);
   const providers = new ProviderRouter(providerSettings(s.config, peers.mtaUrl), { db: s.db, clock: s.clock, log: s.log.child({ area: 'sending' }) });

@@ -157,6 +157,11 @@ function displayHost(host: string): string {
 
 /** `lettermill migrate`: apply migrations and exit. */
 export async function migrateOnly(opts: StartOptions = {}): Promise<MigrateResult> {
+  return withMigratedDatabase(opts, (_db, applied) => Promise.resolve(applied));
+}
+
+/** Runs `fn` against the (embedded or external) database, migrated first; for one-shot CLI commands. */
+export async function withMigratedDatabase<T>(opts: StartOptions, fn: (db: Db, applied: MigrateResult, clock: Clock) => Promise<T>): Promise<T> {
   const { config, dataDir, embedded, relocate, postgresPassword } = await prepareConfig(opts);
   const log = opts.log ?? createLogger({ level: config.LOG_LEVEL });
   let store: EmbeddedStore | undefined;
@@ -164,7 +169,7 @@ export async function migrateOnly(opts: StartOptions = {}): Promise<MigrateResul
     if (embedded) store = await startEmbeddedPostgres({ dataDir, password: postgresPassword!, log, relocate });
     const db = createPool(store?.url ?? config.DATABASE_URL!, { max: 2 });
     try {
-      return await migrate(db, log);
+      return await fn(db, await migrate(db, log), opts.clock ?? systemClock);
     } finally {
       await db.end();
     }

@@ -66,7 +66,7 @@ export async function registerApi(app: HttpApp, s: Services, providers: Provider
     eventRoutes(api, d);
     transactionalRoutes(api, d);
   });
-  const guard = adminGuard(s.config.ADMIN_TOKEN);
+  const guard = adminGuard(s);
   await app.register(async (admin) => {
     jsonOnly(admin);
     adminKeyRoutes(admin, d, guard);

@@ -23,7 +23,7 @@ export async function registerCampaigns(
   providers: ProviderRouter,
   events?: EventBus,
 ): Promise<CampaignsArea> {
-  const guard = adminGuard(s.config.ADMIN_TOKEN);
+  const guard = adminGuard(s);
   if (s.config.NODE_ENV === 'production' && !/^https:/i.test(s.config.BASE_URL ?? '')) {
     s.log.warn({ baseUrl: s.config.BASE_URL }, 'BASE_URL is not https: List-Unsubscribe one-click (RFC 8058) needs an https URL; Gmail and Yahoo ignore http ones');
   }

@@ -103,7 +103,7 @@ const mtaEventItem = (r: any) => ({
 export function feedbackAdminRoutes(app: HttpApp, deps: AdminDeps): void {
   app.register(async (plain) => {
     const scope = plain.withTypeProvider<TypeBoxTypeProvider>();
-    scope.addHook('onRequest', adminGuard(deps.config.ADMIN_TOKEN));
+    scope.addHook('onRequest', adminGuard(deps));
 
     scope.get('/admin/inbox', { schema: { querystring: ListQuery } }, async (req) => {
       const { rows, pagination } = await page(deps.db, 'feedback_inbox', 'received_at', req.query, [], []);

@@ -55,7 +55,7 @@ export async function registerPublic(app: HttpApp, s: Services, providers: Provi
   pageRoutes(app, { limitIp: (req) => limiter.take('publicIp', req) });
   const org = s.config.ORGANIZATION_NAME;
   preferencesRoutes(app, { db: s.db, clock: s.clock, signer, limiter, events, organizationName: org });
-  formAdminRoutes(app, { db: s.db, clock: s.clock, guard: adminGuard(s.config.ADMIN_TOKEN) });
+  formAdminRoutes(app, { db: s.db, clock: s.clock, guard: adminGuard(s) });
 
   // Form bodies (urlencoded, multipart) are parsed only in this scope: the form endpoint,
   // one-click unsubscribe (the RFC 8058 POST is a form body) and the DOI confirmation (its

@@ -2,7 +2,7 @@
 import { Type } from '@sinclair/typebox';
 import type { HttpApp } from '../../shared/http.js';
 import { MAX_URL_LENGTH } from '../../shared/net/target.js';
-import { adminGuard } from '../api/admin-auth.js';
+import type { AdminGuard } from '../api/admin-auth.js';
 import type { WebhookService } from './service.js';
 
 const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
@@ -10,9 +10,9 @@ const Url = Type.String({ minLength: 1, maxLength: MAX_URL_LENGTH });
 // Names are checked in the service so the error can list the supported ones.
 const Events = Type.Array(Type.String({ maxLength: 64 }), { minItems: 1, maxItems: 32 });
 
-export function webhookAdminRoutes(app: HttpApp, service: WebhookService, adminToken: string | undefined): void {
+export function webhookAdminRoutes(app: HttpApp, service: WebhookService, guard: AdminGuard): void {
   app.register(async (scope: HttpApp) => {
-    scope.addHook('onRequest', adminGuard(adminToken));
+    scope.addHook('onRequest', guard);
 
     scope.post(
       '/admin/webhooks',
