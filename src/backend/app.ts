@@ -41,7 +41,7 @@ export async function createBackend(s: Services, peers: BackendPeers): Promise<B
   const publicArea = await registerPublic(app, s, providers, events);
   const campaigns = await registerCampaigns(app, s, publicArea, providers, events);
   const api = await registerApi(app, s, providers, events);
-  await registerDashboard(app, s, providers, events);
+  await registerDashboard(app, s, providers, events, peers.mtaUrl);
   await app.ready();
   return {
     app,

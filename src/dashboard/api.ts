@@ -1,7 +1,7 @@
 /**
  * The dashboard's one way to the server: the same admin API scripts use. Authenticated by
  * the session cookie (lm_session, HttpOnly) with the CSRF token in x-csrf-token on unsafe
- * methods; where the server has no session routes yet, by the admin token kept for this tab.
+ * methods. The CSRF token lives in memory only; a reload reads it again from GET /admin/session.
  */
 export interface User {
   id: string;
@@ -24,21 +24,14 @@ export interface Page<T> {
   pagination: { limit: number; cursor: string | null; isDone: boolean; totalItems?: number };
 }
 
-const auth: { csrf: string | null; token: string | null } = { csrf: null, token: sessionStorage.getItem('lm_admin_token') };
-
+let csrf: string | null = null;
 export function setCsrf(token: string | null): void {
-  auth.csrf = token;
+  csrf = token;
 }
-export function setAdminToken(token: string | null): void {
-  auth.token = token;
-  if (token) sessionStorage.setItem('lm_admin_token', token);
-  else sessionStorage.removeItem('lm_admin_token');
-}
-export const usingAdminToken = () => auth.token !== null;
 
 /** Called on any 401 so the app can go back to the login screen. */
-let onUnauthenticated: () => void = () => {};
-export function whenUnauthenticated(f: () => void): void {
+let onUnauthenticated: (message: string) => void = () => {};
+export function whenUnauthenticated(f: (message: string) => void): void {
   onUnauthenticated = f;
 }
 
@@ -67,8 +60,7 @@ export async function request(method: string, path: string, body?: unknown, opts
       payload = JSON.stringify(body);
     }
   }
-  if (auth.token) headers.authorization = `Bearer ${auth.token}`;
-  if (auth.csrf && method !== 'GET' && method !== 'HEAD') headers['x-csrf-token'] = auth.csrf;
+  if (csrf && method !== 'GET' && method !== 'HEAD') headers['x-csrf-token'] = csrf;
   let res: Response;
   try {
     res = await fetch(path, { method, headers, body: payload, credentials: 'same-origin' });
@@ -85,7 +77,7 @@ export async function request(method: string, path: string, body?: unknown, opts
     } catch {
       /* no envelope */
     }
-    if (res.status === 401 && path !== '/admin/session') onUnauthenticated();
+    if (res.status === 401 && path !== '/admin/session') onUnauthenticated(message);
     throw new ApiError(res.status, code, message);
   }
   return res;

@@ -23,7 +23,8 @@ export function LineChart({
   const W = 640;
   const H = 220;
   const pad = { l: 48, r: 12, t: 12, b: 28 };
-  const max = Math.max(1e-9, ...series.flatMap((s) => s.values), ...lines.map((l) => l.value * 1.25));
+  // Counts start from a scale of 1 (an empty period is a flat line at 0, not a 0–0 axis).
+  const max = Math.max(lines.length ? 1e-9 : 1, ...series.flatMap((s) => s.values), ...lines.map((l) => l.value * 1.25));
   const x = (i: number) => pad.l + (days.length <= 1 ? 0 : (i * (W - pad.l - pad.r)) / (days.length - 1));
   const y = (v: number) => H - pad.b - (v / max) * (H - pad.t - pad.b);
   const ticks = [0, max / 2, max];

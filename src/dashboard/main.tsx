@@ -1,7 +1,7 @@
 /** The operator dashboard: sign-in gate, navigation, and one screen per path. */
 import { render } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
-import { api, ApiError, request, setAdminToken, setCsrf, usingAdminToken, whenUnauthenticated, type User } from './api.js';
+import { api, ApiError, setCsrf, whenUnauthenticated, type User } from './api.js';
 import { interceptLinks, navigate, usePath } from './router.js';
 import { Session } from './ui.js';
 import { Login } from './screens/login.js';
@@ -32,48 +32,38 @@ const NAV: [string, string, ((u: User) => boolean)?][] = [
   ['/users', 'Users', (u) => u.role === 'admin'],
 ];
 
-/** How this server signs people in: sessions (with first-admin setup) or the admin token. */
-export type AuthMode = { kind: 'session'; setupNeeded: boolean } | { kind: 'token' };
-
-const TOKEN_USER: User = { id: 'admin-token', email: 'ADMIN_TOKEN', role: 'admin' };
+/** Whether this server still needs its first admin. */
+export type AuthMode = { setupNeeded: boolean };
 
 async function detect(): Promise<{ mode: AuthMode; user: User | null }> {
+  const setup = await api<{ data: { needed: boolean } }>('GET', '/admin/setup');
+  if (setup.data.needed) return { mode: { setupNeeded: true }, user: null };
   try {
-    const setup = await api<{ data: { needed: boolean } }>('GET', '/admin/setup');
-    if (setup.data.needed) return { mode: { kind: 'session', setupNeeded: true }, user: null };
-    try {
-      const s = await api<{ data: { user: User; csrfToken: string } }>('GET', '/admin/session');
-      setCsrf(s.data.csrfToken);
-      return { mode: { kind: 'session', setupNeeded: false }, user: s.data.user };
-    } catch {
-      return { mode: { kind: 'session', setupNeeded: false }, user: null };
-    }
+    const s = await api<{ data: { user: User; csrfToken: string } }>('GET', '/admin/session');
+    setCsrf(s.data.csrfToken);
+    return { mode: { setupNeeded: false }, user: s.data.user };
   } catch (e) {
-    if (!(e instanceof ApiError) || e.status !== 404) throw e;
-    // No session routes on this server: the admin token signs in.
-    if (!usingAdminToken()) return { mode: { kind: 'token' }, user: null };
-    try {
-      await request('GET', '/admin/dashboard/stats?days=1');
-      return { mode: { kind: 'token' }, user: TOKEN_USER };
-    } catch {
-      setAdminToken(null);
-      return { mode: { kind: 'token' }, user: null };
-    }
+    if (e instanceof ApiError && e.status === 401) return { mode: { setupNeeded: false }, user: null };
+    throw e;
   }
 }
 
 function App() {
   const path = usePath();
-  const [state, setState] = useState<{ mode?: AuthMode; user: User | null; error?: string }>({ user: null });
+  const [state, setState] = useState<{ mode?: AuthMode; user: User | null; error?: string; notice?: string }>({ user: null });
   const [menuOpen, setMenuOpen] = useState(false);
   useEffect(() => {
     detect().then(
       (r) => setState(r),
       (e) => setState({ user: null, error: e instanceof Error ? e.message : String(e) }),
     );
-    whenUnauthenticated(() => setState((s) => ({ ...s, user: null })));
+    whenUnauthenticated((notice) => setState((s) => ({ ...s, user: null, notice })));
   }, []);
-  useEffect(() => setMenuOpen(false), [path]);
+  useEffect(() => {
+    setMenuOpen(false);
+    // A new screen: focus goes to its content, as a page load would put it at the top.
+    if (document.activeElement && document.activeElement !== document.body) document.getElementById('main')?.focus();
+  }, [path.split('?')[0]]);
 
   if (state.error) return <main class="center"><div class="error" role="alert">{state.error}</div></main>;
   if (!state.mode) return <main class="center"><p role="status">Loading…</p></main>;
@@ -81,10 +71,10 @@ function App() {
     return (
       <Login
         mode={state.mode}
-        onSignedIn={(user, csrf, token) => {
-          if (token) setAdminToken(token);
+        notice={state.notice}
+        onSignedIn={(user, csrf) => {
           setCsrf(csrf);
-          setState({ mode: state.mode!.kind === 'session' ? { kind: 'session', setupNeeded: false } : state.mode, user: token ? TOKEN_USER : user });
+          setState({ mode: { setupNeeded: false }, user });
           if (!/^\/[a-z]/.test(location.pathname) || location.pathname === '/login' || location.pathname === '/setup') navigate('/overview', true);
         }}
       />
@@ -92,8 +82,7 @@ function App() {
   }
   const user = state.user;
   const signOut = async () => {
-    if (usingAdminToken()) setAdminToken(null);
-    else await api('DELETE', '/admin/session').catch(() => undefined);
+    await api('DELETE', '/admin/session').catch(() => undefined);
     setCsrf(null);
     setState({ mode: state.mode, user: null });
     navigate('/login');

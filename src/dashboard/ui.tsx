@@ -36,20 +36,22 @@ export function Notice({ children }: { children: ComponentChildren }) {
 
 /** Runs a loader when its deps change; reload() re-runs it. */
 export function useLoad<T>(load: () => Promise<T>, deps: unknown[]): { data: T | undefined; error: unknown; loading: boolean; reload: () => void } {
-  const [state, setState] = useState<{ data?: T; error?: unknown; loading: boolean }>({ loading: true });
   const [tick, setTick] = useState(0);
+  // The answer is kept with the deps it was loaded for: until the new one arrives, loading is
+  // true (no render shows old rows as if they were the new page's).
+  const key = JSON.stringify([...deps, tick]);
+  const [state, setState] = useState<{ key?: string; data?: T; error?: unknown }>({});
   useEffect(() => {
     let live = true;
-    setState((s) => ({ ...s, loading: true }));
     load().then(
-      (data) => live && setState({ data, loading: false }),
-      (error) => live && setState({ error, loading: false }),
+      (data) => live && setState({ key, data }),
+      (error) => live && setState((s) => ({ key, data: s.data, error })),
     );
     return () => {
       live = false;
     };
-  }, [...deps, tick]);
-  return { data: state.data, error: state.error, loading: state.loading, reload: useCallback(() => setTick((t) => t + 1), []) };
+  }, [key]);
+  return { data: state.data, error: state.key === key ? state.error : undefined, loading: state.key !== key, reload: useCallback(() => setTick((t) => t + 1), []) };
 }
 
 /** Cursor paging: a stack of the cursors that opened each page, so Previous works too. */
@@ -66,18 +68,18 @@ export function useCursorPage<T>(fetchPage: (cursor: string | null) => Promise<P
   };
 }
 
-export function Pager({ p, label }: { p: { pageNumber: number; next: (() => void) | null; prev: (() => void) | null; data?: Page<unknown> }; label: string }) {
+export function Pager({ p, label }: { p: { pageNumber: number; next: (() => void) | null; prev: (() => void) | null; data?: Page<unknown>; loading?: boolean }; label: string }) {
   const total = p.data?.pagination.totalItems;
   return (
     <nav class="pager" aria-label={`${label} pages`}>
-      <button type="button" onClick={() => p.prev?.()} disabled={!p.prev}>
+      <button type="button" onClick={() => p.prev?.()} disabled={!p.prev || p.loading}>
         Previous
       </button>
-      <span>
-        Page {p.pageNumber}
+      <span role="status">
+        {p.loading ? 'Loading… ' : ''}Page {p.pageNumber}
         {total !== undefined ? ` · ${total.toLocaleString('en')} in all` : ''}
       </span>
-      <button type="button" onClick={() => p.next?.()} disabled={!p.next}>
+      <button type="button" onClick={() => p.next?.()} disabled={!p.next || p.loading}>
         Next
       </button>
     </nav>
@@ -85,12 +87,15 @@ export function Pager({ p, label }: { p: { pageNumber: number; next: (() => void
 }
 
 export function Field({ label, children, hint }: { label: string; children: ComponentChildren; hint?: string }) {
+  // The hint stays outside the label, so the control's accessible name is the label alone.
   return (
-    <label class="field">
-      <span>{label}</span>
-      {children}
+    <div class="field">
+      <label>
+        <span>{label}</span>
+        {children}
+      </label>
       {hint ? <small>{hint}</small> : null}
-    </label>
+    </div>
   );
 }
 

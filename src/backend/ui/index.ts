@@ -1,4 +1,7 @@
-/** The dashboard area: its static files and the read-only routes it adds to the admin API. */
+/**
+ * The dashboard area: its static files and the routes it adds to the admin API. mtaUrl is the
+ * backend's MTA peer (MTA_URL, or the in-process MTA), which the deliverability screens read.
+ */
 import type { HttpApp } from '../../shared/http.js';
 import type { Services } from '../../shared/services.js';
 import { loadSigner } from '../../shared/signing.js';
@@ -11,13 +14,13 @@ import { SendService } from '../api/sending/send.js';
 import type { ProviderRouter } from '../api/sending/router.js';
 import type { EventBus } from '../events.js';
 
-export async function registerDashboard(app: HttpApp, s: Services, providers: ProviderRouter, events: EventBus): Promise<void> {
-  const guard = adminGuard(s.config.ADMIN_TOKEN);
+export async function registerDashboard(app: HttpApp, s: Services, providers: ProviderRouter, events: EventBus, mtaUrl: string | undefined): Promise<void> {
+  const guard = adminGuard(s);
   const sender = new SendService({ db: s.db, clock: s.clock, log: s.log, providers, events });
   await app.register(async (scope) => {
     dashboardRoutes(scope, { db: s.db, clock: s.clock, guard, signer: () => loadSigner(s.db) });
     testSendRoute(scope, { db: s.db, guard, sender });
-    mtaProxyRoutes(scope, { guard, mtaUrl: s.config.MTA_URL, mtaApiKey: s.config.MTA_API_KEY });
+    mtaProxyRoutes(scope, { guard, mtaUrl, mtaApiKey: s.config.MTA_API_KEY });
     settingsRoute(scope, { guard, config: s.config });
   });
   registerDashboardStatic(app, s.log.child({ area: 'dashboard' }));

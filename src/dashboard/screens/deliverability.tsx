@@ -146,7 +146,7 @@ function Suppressions() {
         <div class="split">
           <form
             class="card"
-            aria-label="Suppress an address"
+            aria-label="Add a suppression"
             onSubmit={(e) => {
               e.preventDefault();
               void change.run(async () => {

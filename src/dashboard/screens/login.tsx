@@ -1,32 +1,21 @@
 /** Sign in, or create the first admin with ADMIN_TOKEN on a fresh install. */
 import { useState } from 'preact/hooks';
-import { api, setAdminToken, type User } from '../api.js';
+import { api, type User } from '../api.js';
 import type { AuthMode } from '../main.js';
-import { ErrorBox, Field, useAction } from '../ui.js';
+import { ErrorBox, Field, Notice, useAction } from '../ui.js';
 
-type SignedIn = (user: User, csrf: string | null, adminToken?: string) => void;
+type SignedIn = (user: User, csrf: string) => void;
 
-export function Login({ mode, onSignedIn }: { mode: AuthMode; onSignedIn: SignedIn }) {
+export function Login({ mode, notice, onSignedIn }: { mode: AuthMode; notice?: string; onSignedIn: SignedIn }) {
   const [email, setEmail] = useState('');
   const [password, setPassword] = useState('');
   const [adminToken, setToken] = useState('');
   const a = useAction();
-  const setup = mode.kind === 'session' && mode.setupNeeded;
+  const setup = mode.setupNeeded;
 
   const submit = (e: Event) => {
     e.preventDefault();
     void a.run(async () => {
-      if (mode.kind === 'token') {
-        setAdminToken(adminToken);
-        try {
-          await api('GET', '/admin/dashboard/stats?days=1');
-        } catch (err) {
-          setAdminToken(null);
-          throw err;
-        }
-        onSignedIn({ id: 'admin-token', email: 'ADMIN_TOKEN', role: 'admin' }, null, adminToken);
-        return;
-      }
       const r = setup
         ? await api<{ data: { user: User; csrfToken: string } }>('POST', '/admin/setup', { adminToken, email, password })
         : await api<{ data: { user: User; csrfToken: string } }>('POST', '/admin/session', { email, password });
@@ -38,15 +27,13 @@ export function Login({ mode, onSignedIn }: { mode: AuthMode; onSignedIn: Signed
     <main class="center" id="main">
       <form class="card login" onSubmit={submit} aria-labelledby="login-title">
         <h1 id="login-title">{setup ? 'Create the first admin' : 'Sign in to Lettermill'}</h1>
+        {notice && !a.error ? <Notice>{notice}</Notice> : null}
         {setup ? <p>This server has no users yet. Prove you run it with its ADMIN_TOKEN, then choose the admin's email and password.</p> : null}
-        {mode.kind === 'token' ? <p>This server has no user accounts yet: sign in with its ADMIN_TOKEN.</p> : null}
-        {setup || mode.kind === 'token' ? (
+        {setup ? (
           <Field label="Admin token">
             <input type="password" name="adminToken" autoComplete="off" required value={adminToken} onInput={(e) => setToken(e.currentTarget.value)} />
           </Field>
         ) : null}
-        {mode.kind === 'session' ? (
-          <>
             <Field label="Email">
               <input type="email" name="email" autoComplete="username" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} />
             </Field>
@@ -60,8 +47,6 @@ export function Login({ mode, onSignedIn }: { mode: AuthMode; onSignedIn: Signed
                 onInput={(e) => setPassword(e.currentTarget.value)}
               />
             </Field>
-          </>
-        ) : null}
         <ErrorBox error={a.error} />
         <button type="submit" class="primary" disabled={a.busy}>
           {setup ? 'Create admin and sign in' : 'Sign in'}

@@ -94,7 +94,7 @@ function Editor({ id }: { id: string }) {
   return (
     <Screen title={isNew ? 'New template' : form.name || 'Template'} actions={<a href="/templates">All templates</a>}>
       <ErrorBox error={t.error} />
-      <div class="split">
+      <div class="editor">
         <form class="card" onSubmit={submit} aria-label="Template">
           <fieldset disabled={!canWrite}>
             <Field label="Name">

@@ -7,16 +7,26 @@ interface Account {
   id: string;
   email: string;
   role: string;
-  createdAt?: string;
-  lastLoginAt?: string | null;
+  createdAt: string;
+  disabled: boolean;
 }
 
 const ROLES = ['admin', 'editor', 'viewer'];
 
+interface AuditEntry {
+  id: string;
+  actor: { id: string | null; name: string; role: string };
+  method: string;
+  route: string;
+  targetId: string | null;
+  status: number;
+  createdAt: string;
+}
+
 export function Users() {
   const me = useSession().user;
   const l = useListPage(() => api<{ data: Account[] }>('GET', '/admin/users'), []);
-  const audit = useCursorPage((cursor) => api<Page<Record<string, unknown>>>('GET', `/admin/audit-log${qs({ cursor })}`), []);
+  const audit = useCursorPage((cursor) => api<Page<AuditEntry>>('GET', `/admin/audit-log${qs({ cursor })}`), []);
   const [f, setF] = useState({ email: '', password: '', role: 'viewer' });
   const add = useAction();
   const change = useAction();
@@ -31,7 +41,7 @@ export function Users() {
             <tr>
               <th scope="col">Email</th>
               <th scope="col">Role</th>
-              <th scope="col">Last sign-in</th>
+              <th scope="col">Since</th>
               <th scope="col">Action</th>
             </tr>
           </thead>
@@ -57,7 +67,7 @@ export function Users() {
                     ))}
                   </select>
                 </td>
-                <td>{when(u.lastLoginAt)}</td>
+                <td>{u.disabled ? 'disabled' : when(u.createdAt)}</td>
                 <td>
                   {u.id !== me.id ? (
                     <button
@@ -116,10 +126,12 @@ export function Users() {
       <h2>Audit log</h2>
       <ErrorBox error={audit.error} />
       <ol class="timeline">
-        {audit.data?.data.map((e, i) => (
-          <li key={String(e.id ?? i)}>
-            <strong>{String(e.action ?? e.type ?? 'change')}</strong> · {when((e.at ?? e.createdAt ?? e.occurredAt) as string)} · {String(e.actorEmail ?? e.actor ?? e.userId ?? '')}
-            {e.target ? ` · ${String(e.target)}` : ''}
+        {audit.data?.data.map((e) => (
+          <li key={e.id}>
+            <strong>
+              {e.method} {e.route}
+            </strong>{' '}
+            · {when(e.createdAt)} · {e.actor.name} ({e.actor.role}){e.targetId ? ` · ${e.targetId}` : ''} · {e.status}
           </li>
         ))}
       </ol>
