@@ -1,6 +1,6 @@
 /**
  * The dashboard's top-level paths: the server answers them with index.html (SPA fallback)
- * and the client routes on them. None of them is a prefix used by the API or the public
+ * and the client (src/dashboard/main.tsx) routes on the same names. None of them is a prefix used by the API or the public
  * pages (test/backend/ui/dashboard.test.ts checks): webhooks live at /webhook-endpoints since
  * /webhooks/* receives provider callbacks.
  */
