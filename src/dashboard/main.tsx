@@ -35,17 +35,17 @@ const NAV: [string, string, ((u: User) => boolean)?][] = [
 /** Whether this server still needs its first admin. */
 export type AuthMode = { setupNeeded: boolean };
 
+/** Signed in already (one request), else whether the server still needs its first admin. */
 async function detect(): Promise<{ mode: AuthMode; user: User | null }> {
-  const setup = await api<{ data: { needed: boolean } }>('GET', '/admin/setup');
-  if (setup.data.needed) return { mode: { setupNeeded: true }, user: null };
   try {
     const s = await api<{ data: { user: User; csrfToken: string } }>('GET', '/admin/session');
     setCsrf(s.data.csrfToken);
     return { mode: { setupNeeded: false }, user: s.data.user };
   } catch (e) {
-    if (e instanceof ApiError && e.status === 401) return { mode: { setupNeeded: false }, user: null };
-    throw e;
+    if (!(e instanceof ApiError) || e.status !== 401) throw e;
   }
+  const setup = await api<{ data: { needed: boolean } }>('GET', '/admin/setup');
+  return { mode: { setupNeeded: setup.data.needed }, user: null };
 }
 
 function App() {
