@@ -50,6 +50,7 @@ export async function createBackend(s: Services, peers: BackendPeers): Promise<B
       await webhooks.start();
       await publicArea.start();
       await campaigns.start();
+      await api.start();
     },
     async stop() {
       await api.stop();

@@ -21,7 +21,8 @@ export const ROUTE_AREAS: readonly { prefix: string; area: string }[] = [
   { prefix: '/admin/audit-log', area: 'audit' },
   { prefix: '/admin/api-keys', area: 'api-keys' },
   { prefix: '/admin/app-passwords', area: 'api-keys' },
-  { prefix: '/admin/webhook', area: 'webhooks' },
+  { prefix: '/admin/webhooks', area: 'webhooks' },
+  { prefix: '/admin/webhook-deliveries', area: 'webhooks' },
   { prefix: '/admin/session', area: 'session' },
 ];
 

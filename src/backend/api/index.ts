@@ -12,6 +12,8 @@ import type { ApiDeps } from './deps.js';
 import { openApiRoute } from './openapi.js';
 import { adminKeyRoutes } from './routes-admin-keys.js';
 import { adminAppPasswordRoutes, verifyCredentialRoute } from './routes-app-passwords.js';
+import { ContactImporter } from './contact-import.js';
+import { contactImportRoutes } from './routes-contact-import.js';
 import { contactRoutes } from './routes-contacts.js';
 import { eventRoutes } from './routes-events.js';
 import { transactionalRoutes } from './routes-transactional.js';
@@ -74,11 +76,19 @@ export async function registerApi(app: HttpApp, s: Services, providers: Provider
     adminTopicRoutes(admin, d, guard);
     providerRouteRoutes(admin, providers, guard);
   });
+  const importer = new ContactImporter({ db: s.db, clock: s.clock, log: s.log.child({ area: 'contact-import' }) });
+  await app.register(async (csv) => {
+    csv.removeAllContentTypeParsers();
+    contactImportRoutes(csv, d, importer, guard);
+  });
   await verifyCredentialRoute(app, d);
   openApiRoute(app);
   return {
-    async start() {},
+    async start() {
+      await importer.start();
+    },
     async stop() {
+      await importer.stop();
     },
   };
 }

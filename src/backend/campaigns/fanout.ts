@@ -24,6 +24,9 @@
  * campaign costs the webhook store about 200 statements — none when no endpoint subscribes.
  */
 import { recordFailures, recordHandOffs } from '../sends/handoff.js';
+import { tx } from '../../shared/db/pool.js';
+import { conflict, notFound } from '../../shared/errors.js';
+import { RETRYABLE, retryArgs } from './recipients.js';
 import { createHash, createHmac } from 'node:crypto';
 import type { Clock } from '../../shared/clock.js';
 import { toIso } from '../../shared/clock.js';
@@ -45,6 +48,8 @@ import { ProviderError, type CampaignMessage, type CampaignTransport, type HandO
 
 export interface FanoutJob {
   campaignId: string;
+  /** A retry of the campaign's failures (POST /admin/campaigns/:id/retry): hands over its `sending` retry rows. */
+  retry?: boolean;
 }
 
 export interface FanoutDeps {
@@ -145,8 +150,40 @@ export class Fanout {
     return newId('es', startedAt, createHmac('sha256', this.idKey).update(campaignId).update('\0').update(contactId).digest());
   }
 
-  /** One slice of a campaign's fan-out. */
+  /**
+   * Queues a retry of the campaign's failures (recipients.ts RETRYABLE): one new send per
+   * recipient, written with the campaign row locked, so a second request (a double click)
+   * finds those recipients' latest send `sending` and queues nobody. Returns how many.
+   */
+  async retry(campaignId: string): Promise<number> {
+    const now = this.d.clock.now();
+    const queued = await tx(this.d.db, async (q) => {
+      const c = (await q.query<{ status: string; topic_id: string; from_mailbox: string; subject: string }>(
+        `SELECT status, topic_id, from_mailbox, subject FROM campaigns WHERE id = $1 FOR UPDATE`, [campaignId],
+      )).rows[0];
+      if (!c) throw notFound('Campaign not found', 'campaign_not_found');
+      if (c.status !== 'sent' && c.status !== 'failed') throw conflict(`Only a finished campaign can be retried (status ${c.status})`, 'campaign_not_finished');
+      const transport = await this.d.transports.resolve(domainOf(c.from_mailbox)); // no provider: 503, nothing written
+      const failed = (await q.query<{ id: string; contact_id: string; to_email: string }>(RETRYABLE, retryArgs(campaignId, c.topic_id))).rows;
+      if (failed.length === 0) return 0;
+      // A retry's id: time-ordered like every send id, its tail keyed by the send it retries.
+      const ids = failed.map((f) => newId('es', now, createHmac('sha256', this.idKey).update('retry\0').update(f.id).digest()));
+      await q.query(
+        `INSERT INTO email_sends (id, type, contact_id, campaign_id, to_email, from_email, subject, provider, status, metadata, created_at, updated_at)
+         SELECT t.id, 'campaign', t.contact_id, $1, t.to_email, $2, $3, $4, 'sending', jsonb_build_object('retryOf', t.retry_of), $5, $5
+           FROM unnest($6::text[], $7::text[], $8::text[], $9::text[]) AS t(id, contact_id, to_email, retry_of)
+         ON CONFLICT (id) DO NOTHING`,
+        [campaignId, parseMailbox(c.from_mailbox)!.address, c.subject, transport.name, toIso(now), ids, failed.map((f) => f.contact_id), failed.map((f) => f.to_email), failed.map((f) => f.id)],
+      );
+      return failed.length;
+    });
+    if (queued > 0) await this.queue.enqueue({ groupKey: `campaign:${campaignId}`, payload: { campaignId, retry: true } });
+    return queued;
+  }
+
+  /** One slice of a campaign's fan-out (or of a retry). */
   async run(job: Job<FanoutJob>): Promise<JobOutcome> {
+    if (job.payload.retry) return this.runRetry(job);
     const deadline = performance.now() + FANOUT.sliceMs;
     const row = (
       await this.d.db.query<CampaignRow>(
@@ -207,6 +244,54 @@ export class Fanout {
       // pass it, so the next slice prepares it again (same ids, rows kept as they are).
       await next?.catch(() => {});
       await recording.catch(() => {});
+    }
+  }
+
+  /** Hands over a campaign's queued retry sends, in id order, batch by batch. */
+  private async runRetry(job: Job<FanoutJob>): Promise<JobOutcome> {
+    const row = (
+      await this.d.db.query<CampaignRow>(
+        `SELECT c.id, c.subject, c.html, c.text_body, c.from_mailbox, c.topic_id, t.name AS topic_name, c.status, c.archive_token,
+                c.cursor_contact, c.send_started_at
+           FROM campaigns c JOIN topics t ON t.id = c.topic_id WHERE c.id = $1`,
+        [job.payload.campaignId],
+      )
+    ).rows[0];
+    if (!row || !row.archive_token) return { type: 'complete' };
+    let transport: CampaignTransport;
+    try {
+      transport = await this.d.transports.resolve(domainOf(row.from_mailbox));
+    } catch (err) {
+      return { type: 'retry', error: `no provider: ${(err as Error).message}` };
+    }
+    // Its own context: the fan-out's cached one belongs to a running slice.
+    const ctx = { ...this.context(row), row: { ...row } };
+    this.contexts.delete(row.id);
+    let after = '';
+    for (;;) {
+      const rows = (
+        await this.d.db.query<{ id: string; contact_id: string; to_email: string }>(
+          `SELECT id, contact_id, to_email FROM email_sends
+            WHERE campaign_id = $1 AND status = 'sending' AND metadata ? 'retryOf' AND id > $2 ORDER BY id LIMIT $3`,
+          [row.id, after, FANOUT.sendBatch],
+        )
+      ).rows;
+      if (rows.length === 0) return { type: 'complete' };
+      after = rows[rows.length - 1]!.id;
+      const items: Recipient[] = rows.map((r) => ({ id: r.id, contactId: r.contact_id, email: r.to_email, engagementScore: undefined }));
+      const results = await handOver(items.length, (i) => transport.send(this.message(ctx, items[i]!, transport)), FANOUT.concurrency);
+      const accepted: { id: string; providerMessageId: string | null }[] = [];
+      const refused: { id: string; error: string }[] = [];
+      let transient: string | null = null;
+      results.forEach((r, i) => {
+        if (r.ok) accepted.push({ id: items[i]!.id, providerMessageId: r.value.providerMessageId });
+        else if (r.error instanceof ProviderError && !r.error.retryable) refused.push({ id: items[i]!.id, error: r.error.message });
+        else transient ??= r.error instanceof Error ? r.error.message : String(r.error);
+      });
+      const at = this.d.clock.now();
+      await recordHandOffs(this.d.db, this.d.events, accepted, at, (q) => recordFailures(q, refused, at));
+      // Sends not handed over stay `sending`: the job's retry hands them over later.
+      if (transient) return { type: 'retry', error: transient };
     }
   }
 

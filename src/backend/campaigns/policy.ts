@@ -48,3 +48,37 @@ export function engagementScore(sends: number, opened: number, clicked: number):
   const clickRate = Math.min(1, (clicked / sends) * ENGAGEMENT.clickSaturation);
   return Math.round(100 * (ENGAGEMENT.openWeight * openRate + ENGAGEMENT.clickWeight * clickRate));
 }
+
+/**
+ * The per-recipient record (GET /admin/campaigns/:id/recipients): how a send's status reads
+ * to an operator. `sending` is written before the hand-over, so it is `queued`; a provider's
+ * acceptance is `sent`; a complaint implies the message was delivered.
+ */
+export const RECIPIENT_STATES = ['queued', 'sent', 'delivered', 'bounced', 'suppressed', 'failed'] as const;
+export type RecipientState = (typeof RECIPIENT_STATES)[number];
+export const RECIPIENT_STATE_OF: Record<string, RecipientState> = {
+  sending: 'queued',
+  accepted: 'sent',
+  attempted: 'sent',
+  sent: 'sent',
+  delivered: 'delivered',
+  complained: 'delivered',
+  bounced: 'bounced',
+  suppressed: 'suppressed',
+  failed: 'failed',
+  rejected: 'failed',
+};
+
+export const RECIPIENTS = {
+  defaultLimit: 50,
+  maxLimit: 500,
+  /** Rows per query of the CSV export (streamed page by page). */
+  exportPage: 2_000,
+  /**
+   * Retry resends these send statuses only: refused at hand-over (`failed`, `rejected`) and
+   * soft bounces (`bounced` whose latest bounce feedback is `soft`). Hard bounces, complaints
+   * and suppressions are never resent; delivered and sent ones neither.
+   */
+  retryStatuses: ['failed', 'rejected'],
+  retrySoftBounces: true,
+} as const;

@@ -14,7 +14,10 @@ import type { HttpApp } from '../../shared/http.js';
 import { domainOf, parseMailbox } from '../../shared/mail/address.js';
 import type { AdminGuard } from '../api/admin-auth.js';
 import { TRANSACTIONAL } from '../api/policy.js';
+import { Readable } from 'node:stream';
 import { ELIGIBLE_MEMBERS, type Fanout } from './fanout.js';
+import { RECIPIENT_STATES, RECIPIENTS, type RecipientState } from './policy.js';
+import { csvField, decodeCursor, recipientPage } from './recipients.js';
 import { compileCampaign, renderForArchive } from './render.js';
 import type { TransportResolver } from './transport.js';
 
@@ -31,6 +34,15 @@ const CreateBody = Type.Object(
   { additionalProperties: false },
 );
 const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 100 }) });
+const RecipientQuery = Type.Object(
+  {
+    status: Type.Optional(Type.Union(RECIPIENT_STATES.map((s) => Type.Literal(s)))),
+    cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+    limit: Type.Integer({ minimum: 1, maximum: RECIPIENTS.maxLimit, default: RECIPIENTS.defaultLimit }),
+  },
+  { additionalProperties: false },
+);
+const ExportQuery = Type.Object({ status: Type.Optional(Type.Union(RECIPIENT_STATES.map((s) => Type.Literal(s)))) }, { additionalProperties: false });
 
 interface Row {
   id: string;
@@ -148,5 +160,46 @@ export function campaignRoutes(app: HttpApp, d: CampaignRouteDeps): void {
     });
     await d.fanout.enqueue(started.id);
     return reply.code(202).send({ data: { id: started.id, status: started.status, archiveToken: started.archive_token, recipients: started.recipients } });
+  });
+
+  const exists = async (id: string) => {
+    if ((await d.db.query('SELECT 1 FROM campaigns WHERE id = $1', [id])).rowCount === 0) throw notFound('Campaign not found', 'campaign_not_found');
+  };
+
+  // The per-recipient record (docs/dashboard.md): latest send per recipient, filterable by state.
+  app.get('/admin/campaigns/:id/recipients', { ...admin, schema: { params: IdParams, querystring: RecipientQuery } }, async (req) => {
+    const { id } = req.params as Static<typeof IdParams>;
+    const q = req.query as Static<typeof RecipientQuery>;
+    await exists(id);
+    const limit = q.limit ?? RECIPIENTS.defaultLimit;
+    const page = await recipientPage(d.db, id, { status: q.status as RecipientState | undefined, after: decodeCursor(q.cursor), limit });
+    return { data: page.rows, pagination: { limit, cursor: page.next, isDone: page.next === null } };
+  });
+
+  app.get('/admin/campaigns/:id/recipients.csv', { ...admin, schema: { params: IdParams, querystring: ExportQuery } }, async (req, reply) => {
+    const { id } = req.params as Static<typeof IdParams>;
+    const status = (req.query as Static<typeof ExportQuery>).status as RecipientState | undefined;
+    await exists(id);
+    const db = d.db;
+    // Streamed page by page: memory stays one page whatever the campaign's size.
+    async function* lines(): AsyncGenerator<string> {
+      yield 'contact_id,email,status,reason,smtp_response,updated_at\r\n';
+      let after = '';
+      for (;;) {
+        const page = await recipientPage(db, id, { status, after, limit: RECIPIENTS.exportPage });
+        yield page.rows.map((r) => [r.contactId, r.email, r.status, r.reason, r.smtpResponse, r.updatedAt].map(csvField).join(',') + '\r\n').join('');
+        if (!page.next) return;
+        after = decodeCursor(page.next);
+      }
+    }
+    reply.header('content-type', 'text/csv; charset=utf-8').header('content-disposition', `attachment; filename="${id}-recipients.csv"`);
+    return reply.send(Readable.from(lines()));
+  });
+
+  // Resends only the failures (policy RECIPIENTS.retryStatuses and soft bounces); idempotent.
+  app.post('/admin/campaigns/:id/retry', { ...admin, schema: { params: IdParams } }, async (req, reply) => {
+    const { id } = req.params as Static<typeof IdParams>;
+    const queued = await d.fanout.retry(id);
+    return reply.code(202).send({ data: { queued } });
   });
 }
