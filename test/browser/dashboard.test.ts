@@ -5,7 +5,9 @@
  * subject to the page's CSP) and photographed into docs/screenshots/ for docs/dashboard.md.
  */
 import { generateKeyPairSync } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -276,6 +278,39 @@ describe.skipIf(!haveChromium)('operator dashboard in a browser', () => {
     await axe(phone, 'contacts on a phone');
     await shot(phone, 'contacts-phone');
   }, 90_000);
+
+  it('CSV import of 100,000 contacts: progress shown, rejected rows reported, then search and page', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'lm-dash-import-'));
+    const file = join(dir, 'contacts.csv');
+    const lines = ['email,first_name,last_name'];
+    for (let i = 0; i < 100_000; i++) lines.push(i === 500 ? 'not-an-address,Bad,Row' : i === 7000 ? 'also@@wrong,Bad,Row' : `reader${i}@import.test,Reader,Number${i}`);
+    writeFileSync(file, lines.join('\n') + '\n');
+    const page = await newPage();
+    await login(page, 'ed@acme.test');
+    await page.getByRole('link', { name: 'Contacts' }).click();
+    await page.getByLabel('CSV file').setInputFiles(file);
+    await page.getByRole('button', { name: 'Import', exact: true }).click();
+    await page.getByText(/^Import running/).waitFor(); // progress is shown while it runs
+    await page.getByText(/^Import done: 100,000 of 100,000 rows/).waitFor({ timeout: 110_000 });
+    expect(await page.getByRole('progressbar', { name: 'Import progress' }).getAttribute('value')).toBe('100');
+    await page.getByText('99,998 imported, 2 rejected.').waitFor();
+    const rejected = await page.locator('table', { hasText: 'Rejected rows' }).locator('tbody tr td:first-child').allTextContents();
+    expect(rejected).toHaveLength(2);
+    await axe(page, 'contacts import');
+    await shot(page, 'contacts-import');
+    const total = (await b.app.db.pool.query(`SELECT count(*)::int AS n FROM contacts`)).rows[0].n;
+    await page.reload();
+    await page.getByText(`Page 1 · ${total.toLocaleString('en')} in all`).waitFor();
+    await page.getByLabel('Search contacts').fill('number4242');
+    await page.getByRole('button', { name: 'Search' }).click();
+    await page.getByRole('link', { name: 'reader4242@import.test' }).waitFor();
+    await page.getByLabel('Search contacts').fill('import.test');
+    await page.getByRole('button', { name: 'Search' }).click();
+    await page.getByText('Page 1 · 99,998 in all').waitFor();
+    await page.getByRole('button', { name: 'Next' }).click();
+    await page.getByText('Page 2 · 99,998 in all').waitFor();
+    rmSync(dir, { recursive: true, force: true });
+  }, 180_000);
 
   it('deliverability screens show the MTA state the test set up', async () => {
     // Suppressions: two added on the MTA directly.

@@ -87,6 +87,8 @@ interface ImportJob {
   imported: number;
   rejected: number;
   errors: { row: number; email?: string; message: string }[];
+  /** Why a failed import stopped. */
+  error?: string | null;
 }
 
 function Import() {
@@ -112,7 +114,7 @@ function Import() {
       setJob({ id: r.data.id, state: 'queued', total: 0, processed: 0, imported: 0, rejected: 0, errors: [] });
     });
   };
-  const pct = job && job.total ? Math.round((job.processed / job.total) * 100) : 0;
+  const pct = job && job.total ? Math.round((job.processed / job.total) * 100) : job?.state === 'done' ? 100 : 0;
   return (
     <section class="card" aria-labelledby="import-title">
       <h2 id="import-title">Import contacts from CSV</h2>
@@ -139,6 +141,7 @@ function Import() {
           <p role="status">
             {job.imported.toLocaleString('en')} imported, {job.rejected.toLocaleString('en')} rejected.
           </p>
+          {job.state === 'failed' ? <ErrorBox error={new Error(`The import stopped: ${job.error ?? 'unknown error'}`)} /> : null}
           {job.errors.length ? (
             <div class="table-wrap">
               <table>
