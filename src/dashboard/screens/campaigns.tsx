@@ -234,6 +234,9 @@ function RecipientRecord({ id, canWrite }: { id: string; canWrite: boolean }) {
             ))}
           </select>
         </Field>
+        <button type="button" onClick={() => p.reload()}>
+          Refresh
+        </button>
         <button type="button" disabled={exp.busy} onClick={() => exp.run(() => download(`/admin/campaigns/${id}/recipients.csv${qs({ status })}`, `${id}-recipients.csv`))}>
           Export CSV
         </button>
