@@ -142,6 +142,8 @@ export async function runEndToEnd(o: {
   pgDir?: string;
   /** Another checkout to run instead of this one (BENCH_OLD_ROOT). */
   root?: string;
+  /** Redis for the product's coordination (REDIS_URL; unset: process memory). */
+  redisUrl?: string;
 }): Promise<EndToEndResult> {
   // A database of its own per run (role all leaves every event recorded behind it).
   const scratch = await scratchDatabase(o.databaseUrl, 'lm_bench_e2e');
@@ -181,8 +183,16 @@ export async function runEndToEnd(o: {
       MTA_POOLS: 'transactional:127.0.0.2@mta1.bench.test;campaign:127.0.0.3@mta2.bench.test',
       MTA_WARMED_IPS: '127.0.0.2,127.0.0.3',
       EMAIL_PROVIDER: 'mta',
+      // No DNSBL gate: the bench's sending addresses are loopback, never observed on a blocklist
+      // zone (on by default in production since a9d6974, it kept every job deferred).
+      DNSBL_MONITOR: 'false',
+      // Any free port for the inbound SMTP listener: 25 may be held by
+      // another product on a shared machine.
+      INBOUND_SMTP_PORT: '0',
+      INBOUND_SMTP_HOST: '127.0.0.1',
       ...(process.env.BENCH_WORKER_CONCURRENCY ? { WORKER_CONCURRENCY: process.env.BENCH_WORKER_CONCURRENCY } : {}),
       ...events,
+      ...(o.redisUrl ? { REDIS_URL: o.redisUrl } : {}),
     },
   }).catch(async (err: unknown) => {
     await cleanup();

@@ -3,7 +3,8 @@
  * instance with its own config_directory, queue_directory and data_directory in a temp dir,
  * listening on 127.0.0.20 and relaying everything to the bench's smtp-sink. Fed by
  * smtp-source; measured from the first message in to the last one accepted at the sink.
- * No DKIM (Postfix does not sign), no TLS. Needs root (Postfix's master runs as root).
+ * No TLS. Postfix does not sign: with `milter`, OpenDKIM signs (bench/mta-peers.ts). Needs
+ * root (Postfix's master runs as root).
  */
 import { execFile } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -52,6 +53,10 @@ export async function runPostfixRelay(o: {
   sinkCount: () => number;
   messages: number;
   sizeBytes: number;
+  /** A milter every accepted message passes (e.g. OpenDKIM: `inet:127.0.0.1:8891`). */
+  milter?: string;
+  /** Envelope and header sender for smtp-source (the milter signs its domain). */
+  from?: string;
 }): Promise<{ rate: number; elapsedMs: number }> {
   const postfix = findBinary('postfix');
   const dir = mkdtempSync(join(tmpdir(), 'lm-bench-postfix-'));
@@ -92,6 +97,8 @@ export async function runPostfixRelay(o: {
       `maillog_file_prefixes = ${dir}`,
       `maillog_file = ${join(dir, 'maillog')}`,
       'biff = no',
+      // A milter that fails must fail the message, not let it through unsigned.
+      ...(o.milter ? [`smtpd_milters = ${o.milter}`, 'milter_default_action = tempfail', 'milter_protocol = 6'] : []),
     ].join('\n') + '\n',
   );
   writeFileSync(join(etc, 'master.cf'), MASTER_CF(port));
@@ -104,7 +111,7 @@ export async function runPostfixRelay(o: {
     await new Promise((r) => setTimeout(r, 1_000));
     const base = o.sinkCount();
     const start = performance.now();
-    await runSmtpSource({ host: HOST, port, messages: o.messages, sessions: 50, sizeBytes: o.sizeBytes, reuseConnection: true, timeoutMs: 600_000 });
+    await runSmtpSource({ host: HOST, port, messages: o.messages, sessions: 50, sizeBytes: o.sizeBytes, reuseConnection: true, timeoutMs: 600_000, from: o.from, to: 'user@d0.bench.test' });
     const deadline = Date.now() + 600_000;
     while (o.sinkCount() < base + o.messages) {
       if (Date.now() > deadline) throw new Error(`postfix relayed only ${o.sinkCount() - base} of ${o.messages}`);

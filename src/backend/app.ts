@@ -4,6 +4,7 @@ import { healthRoutes } from './routes/health.js';
 import { EventBus } from './events.js';
 import { registerWebhooks } from './webhooks/index.js';
 import { registerFeedback } from './feedback/index.js';
+import { registerMailboxes } from './mailboxes/index.js';
 import { registerPublic } from './public/index.js';
 import { registerCampaigns } from './campaigns/index.js';
 import { registerApi, registerOpenApi } from './api/index.js';
@@ -38,6 +39,7 @@ export async function createBackend(s: Services, peers: BackendPeers): Promise<B
   const providers = new ProviderRouter(providerSettings(s.config, peers.mtaUrl), { db: s.db, clock: s.clock, log: s.log.child({ area: 'sending' }) });
   const webhooks = registerWebhooks(app, s, events);
   registerFeedback(app, s, events);
+  registerMailboxes(app, s, peers);
   const publicArea = await registerPublic(app, s, providers, events);
   const campaigns = await registerCampaigns(app, s, publicArea, providers, events);
   const api = await registerApi(app, s, providers, events);

@@ -12,7 +12,7 @@ import type { MtaContext } from './context.js';
 import type { Deliverer } from './delivery/types.js';
 import { createDispatcher } from './dispatch.js';
 import type { EffectDeps } from './effects.js';
-import { groupKeyOf, type MtaJobPayload } from './job.js';
+import { groupKeyOf, type MtaJobPayload, type MtaQueuedPayload } from './job.js';
 import { createMetrics } from './metrics.js';
 import { MTA_EVENT } from '../shared/contracts/mta.js';
 import { OutboxRelay } from './outbox/relay.js';
@@ -78,6 +78,7 @@ import { TlsRptRecorder } from './tls/tlsrpt.js';
 import { BackendAppPasswords } from './submission/app-passwords.js';
 import { SubmissionAuth } from './submission/auth.js';
 import { DkimKeyCache } from './delivery/dkim/keys.js';
+import { SubmissionBodies } from './submission/bodies.js';
 import { SubmissionIntake } from './submission/intake.js';
 import { createSubmissionServer } from './submission/server.js';
 
@@ -122,7 +123,7 @@ export interface MtaInstance extends MtaRole {
   pipeline: PipelineDeps;
   effects: EffectDeps;
   /** The delivery queue's job handler (null without a delivery engine). */
-  handler: JobHandler<MtaJobPayload> | null;
+  handler: JobHandler<MtaQueuedPayload> | null;
   /** Bounce and feedback-report processing (the inbound server's handler). */
   feedback: FeedbackProcessor;
 }
@@ -147,7 +148,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     },
   });
 
-  const queue = createMtaQueue<MtaJobPayload>(s);
+  const queue = createMtaQueue<MtaQueuedPayload>(s);
   const feed = new ChangeFeed(s.db, log);
   const suppression = new SuppressionStore(s.db, s.clock, log, feed);
   const stores = {
@@ -420,8 +421,9 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     throw err;
   }
 
-  let worker: Worker<MtaJobPayload> | null = null;
+  let worker: Worker<MtaQueuedPayload> | null = null;
   let pruneTimer: NodeJS.Timeout | undefined;
+  let bodyTimer: NodeJS.Timeout | undefined;
   let transportTimers: NodeJS.Timeout[] = [];
   let sweepTimer: NodeJS.Timeout | undefined;
   let auditTimer: NodeJS.Timeout | undefined;
@@ -454,6 +456,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     metrics,
     clock: s.clock,
     log,
+    prefetch: policy.feedback.prefetch,
   });
   if (!s.config.INBOUND_TLS_CERT !== !s.config.INBOUND_TLS_KEY) throw new ConfigError(['INBOUND_TLS_CERT and INBOUND_TLS_KEY must be set together']);
   const inbound = new InboundSmtpServer({
@@ -466,13 +469,15 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     policy: policy.inbound,
     steps: [reportRecipients(() => new Set([bounceHost, ...stores.returnPaths.hosts()]))],
     handlers: { bounce: feedback.handle, fbl: feedback.handle },
+    onAccepted: feedback.prefetch,
     log,
   });
   // SMTP submission (docs/submission.md): there is no plaintext AUTH mode, so no TLS files, no start.
   if (cfg.SUBMISSION_ENABLED && (!cfg.SUBMISSION_TLS_CERT || !cfg.SUBMISSION_TLS_KEY)) {
     throw new ConfigError(['SUBMISSION_ENABLED needs SUBMISSION_TLS_CERT and SUBMISSION_TLS_KEY: AUTH is only offered over TLS']);
   }
-  const submissionIntake = new SubmissionIntake(s.db, queue, s.clock, policy);
+  const submissionBodies = new SubmissionBodies(s.db);
+  const submissionIntake = new SubmissionIntake(s.db, queue, submissionBodies, s.clock, policy);
   const appPasswords = new BackendAppPasswords({ secret: cfg.MTA_WEBHOOK_SECRET, clock: s.clock, timeoutMs: policy.events.postTimeoutMs });
   const submissionKeys = new DkimKeyCache(stores.dkim, s.clock);
   const submissionServers = cfg.SUBMISSION_ENABLED
@@ -502,7 +507,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       })()
     : null;
   const failover = opts.failover ?? (cfg.MTA_FAILOVER_RELAY_URL ? new FailoverRelayDeliverer(cfg.MTA_FAILOVER_RELAY_URL, policy.reputation.relayTimeoutMs, stores.dkim) : undefined);
-  const handler = deliverer ? createDispatcher({ pipeline, effects, deliverer, failover, clock: s.clock, log }) : null;
+  const handler = deliverer ? createDispatcher({ pipeline, effects, deliverer, failover, bodies: submissionBodies, clock: s.clock, log }) : null;
   // An address never observed stays out of the pool until a sweep sees it (DNSBL_MONITOR on).
   await monitor.gateUnobserved();
 
@@ -515,6 +520,13 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     if (r > 0) log.info({ deleted: r }, 'pruned reports past the 16-day horizon');
     const receipts = await submissionIntake.purge();
     if (receipts > 0) log.info({ deleted: receipts }, 'purged submission receipts past their four days');
+  };
+
+  // Submitted bodies whose last job has finished (or been cancelled): leader-only, every minute.
+  const purgeBodies = async () => {
+    if (!(await s.coord.acquireLease('mta:leader:submission-bodies', instanceId, policy.submission.bodyPurgeEveryMs - 1_000))) return;
+    const n = await submissionBodies.purge();
+    if (n > 0) log.debug({ deleted: n }, 'deleted submitted message bodies no job reads');
   };
 
   const inflight = new Set<Promise<unknown>>();
@@ -553,7 +565,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       await submissionServers?.starttls.start();
       await submissionServers?.implicitTls?.start();
       if (handler) {
-        worker = new Worker<MtaJobPayload>({
+        worker = new Worker<MtaQueuedPayload>({
           queue,
           handler,
           concurrency: s.config.WORKER_CONCURRENCY,
@@ -565,6 +577,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       }
       pruneTimer = setInterval(() => void prune().catch((err) => log.warn({ err }, 'delivery log pruning failed')), PRUNE_EVERY_MS);
       pruneTimer.unref();
+      bodyTimer = setInterval(() => background(purgeBodies(), 'submitted body purge failed'), policy.submission.bodyPurgeEveryMs);
+      bodyTimer.unref();
       // First start: a sweep (ungates the never-observed addresses) and the audit, then periodically.
       background(sweepLeader(), 'blocklist sweep failed');
       background(auditLeader(true), 'address audit failed');
@@ -581,6 +595,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     },
     async stop() {
       clearInterval(pruneTimer);
+      clearInterval(bodyTimer);
       await inbound.stop();
       await stores.feedbackReports.drain();
       clearInterval(sweepTimer);

@@ -1,7 +1,7 @@
 import type { Queue } from '../shared/queue/queue.js';
 import type { Services } from '../shared/services.js';
 import type { MtaAuth } from './auth.js';
-import type { MtaJobPayload } from './job.js';
+import type { MtaQueuedPayload } from './job.js';
 import type { MtaMetrics } from './metrics.js';
 import type { OutboxRelay } from './outbox/relay.js';
 import type { MtaPolicy } from './policy.js';
@@ -36,7 +36,7 @@ export interface MtaContext {
   policy: MtaPolicy;
   pools: SendingPools;
   auth: MtaAuth;
-  queue: Queue<MtaJobPayload>;
+  queue: Queue<MtaQueuedPayload>;
   /** Events to the backend (the outbox relay). */
   relay: OutboxRelay;
   metrics: MtaMetrics;

@@ -1,10 +1,11 @@
-import { isRawJob } from '../shared/contracts/mta.js';
+import { isRawJob, isStoredRawJob } from '../shared/contracts/mta.js';
 import type { Clock } from '../shared/clock.js';
 import type { Logger } from '../shared/log.js';
 import type { JobHandler } from '../shared/queue/worker.js';
 import type { Deliverer, DeliveryResult, OutboundMessage } from './delivery/types.js';
 import { applyEffects, bouncedEvent, type EffectDeps } from './effects.js';
-import type { MtaJobPayload } from './job.js';
+import type { MtaJobPayload, MtaQueuedPayload } from './job.js';
+import { MissingBodyError, type SubmissionBodies } from './submission/bodies.js';
 import { MTA_QUEUE } from './queue.js';
 import { PHASES, newContext, releaseAll, runPipeline, type PipelineContext, type PipelineDeps } from './pipeline/index.js';
 
@@ -16,6 +17,8 @@ export interface DispatchDeps {
   failover?: Deliverer;
   clock: Clock;
   log: Logger;
+  /** Submitted messages' stored octets (read back before the pipeline); without it such a job fails. */
+  bodies?: SubmissionBodies;
   /** The queue's retry backoff (default: the MTA queue's), the base of deferral-aware retry. */
   backoffMs?: number[];
 }
@@ -55,10 +58,21 @@ const summarize = (r: Extract<DeliveryResult, { status: 'deferred' }>) =>
  * - deferred delivery: retry by the queue's backoff; on the last attempt the job fails and a
  *   soft `bounced` event with reason `expired` goes to the backend
  */
-export function createDispatcher(d: DispatchDeps): JobHandler<MtaJobPayload> {
+export function createDispatcher(d: DispatchDeps): JobHandler<MtaQueuedPayload> {
   const metrics = d.effects.metrics;
   return async (job) => {
-    const ctx = newContext(d.pipeline, job.id, job.payload);
+    let payload: MtaJobPayload;
+    try {
+      if (isStoredRawJob(job.payload) && !d.bodies) throw new MissingBodyError('no store of submitted message bodies');
+      payload = d.bodies ? await d.bodies.hydrate(job.payload) : (job.payload as MtaJobPayload);
+    } catch (err) {
+      // Gone for good: nothing to send. A database error is retried like any engine error.
+      if (!(err instanceof MissingBodyError)) throw err;
+      d.log.error({ err, jobId: job.id }, 'submitted message body missing');
+      metrics?.jobs.inc({ outcome: 'failed' });
+      return { type: 'fail', error: err.message };
+    }
+    const ctx = newContext(d.pipeline, job.id, payload);
     const outcome = await runPipeline(ctx, PHASES, metrics?.observePhase);
 
     if (outcome.type === 'defer') {
@@ -72,11 +86,11 @@ export function createDispatcher(d: DispatchDeps): JobHandler<MtaJobPayload> {
     if (outcome.type === 'drop') {
       metrics?.jobs.inc({ outcome: outcome.status });
       await d.effects.logs.append({
-        messageId: job.payload.messageId,
+        messageId: payload.messageId,
         jobId: job.id,
-        organizationId: job.payload.organizationId,
-        recipient: job.payload.recipient,
-        domain: job.payload.domain,
+        organizationId: payload.organizationId,
+        recipient: payload.recipient,
+        domain: payload.domain,
         pool: null,
         ip: null,
         status: outcome.status,
@@ -92,7 +106,7 @@ export function createDispatcher(d: DispatchDeps): JobHandler<MtaJobPayload> {
     try {
       const via = ctx.viaRelay && d.failover ? d.failover : d.deliverer;
       if (ctx.viaRelay) metrics?.failoverSends.inc({ pool: ctx.pool! });
-      result = await via.deliver(toOutbound(job.payload), { pool: ctx.pool!, bindIp: ctx.ip!.address, ehloName: ctx.ip!.ehloName });
+      result = await via.deliver(toOutbound(payload), { pool: ctx.pool!, bindIp: ctx.ip!.address, ehloName: ctx.ip!.ehloName });
     } catch (err) {
       // The engine failed, not the recipient: treat as temporary, without touching the destination's
       // state; nothing was sent, so every reservation (the warming slot too) is given back.

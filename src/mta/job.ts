@@ -1,4 +1,4 @@
-import type { MtaJob } from '../shared/contracts/mta.js';
+import type { MtaJob, MtaStoredRawJob } from '../shared/contracts/mta.js';
 
 /** The email job of mta.md (body of POST /send, or a submitted message): the contract's type. */
 export type EmailJob = MtaJob;
@@ -17,8 +17,11 @@ export interface JobDerived {
   entity?: string;
 }
 
-/** Queue payload: the job (either content variant) plus what intake derived from it. */
+/** The job (either content variant) plus what intake derived from it: what the pipeline runs. */
 export type MtaJobPayload = EmailJob & JobDerived;
+
+/** Queue payload: a job as above, or a submitted one whose octets are stored apart (MtaStoredRawJob). */
+export type MtaQueuedPayload = MtaJobPayload | (MtaStoredRawJob & JobDerived);
 
 /** Group key of the MTA queue (mta.md → Queue). */
 export const groupKeyOf = (ipPool: string, domain: string): string => `${ipPool}:${domain}`;

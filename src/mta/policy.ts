@@ -169,7 +169,11 @@ export interface MtaPolicy {
   /** Domains (and their subdomains) whose links screen a message out. Extended by CONTENT_URL_BLOCKLIST. */
   urlBlocklist: string[];
   inbound: { maxClients: number; maxConnectionsPerIp: number; maxRecipients: number; socketTimeoutMs: number; closeTimeoutMs: number };
-  feedback: { horizonMs: number };
+  /**
+   * `prefetch`: the provenance lookup a report's envelope token allows starts at RCPT and runs
+   * while the message streams in; at most this many wait, this long (the unclaimed are dropped).
+   */
+  feedback: { horizonMs: number; prefetch: { maxEntries: number; maxAgeMs: number } };
   /** mta.md → Warming cap behaviour (adaptive day, provider multiplier, pacing, deferral-aware retry). */
   adaptiveWarming: AdaptiveWarmingPolicy;
   /** POST /scan/attachment and the screening of submitted attachments (docs/mta.md → Content protection). */
@@ -185,6 +189,8 @@ export interface MtaPolicy {
     masterOrganizationId: string;
     /** Group commit of intake (src/shared/batch.ts): transactions in flight, submissions and bytes per transaction. */
     intakeBatch: { maxInFlight: number; maxItems: number; maxBytes: number };
+    /** How often the leader deletes stored message bodies no pending or active job reads. */
+    bodyPurgeEveryMs: number;
   };
 }
 
@@ -349,6 +355,7 @@ export const DEFAULT_POLICY: MtaPolicy = {
   // de-duplication retention are each 16 days).
   feedback: {
     horizonMs: 16 * DAY,
+    prefetch: { maxEntries: 10_000, maxAgeMs: 120_000 },
   },
   // mta.md fixes the provider range [0.05, 1], ×0.5, +0.1 after 3 clean days, 50 sends, the
   // 10 % start, 100 bulk sends, 20 % headroom, 6 h, ×8 and 4 h; the rate thresholds are ours
@@ -391,6 +398,8 @@ export const DEFAULT_POLICY: MtaPolicy = {
     authFailures: { max: 10, windowMs: MINUTE, banMs: 15 * MINUTE },
     masterOrganizationId: 'default',
     intakeBatch: { maxInFlight: 4, maxItems: 100, maxBytes: 64 * 1024 * 1024 },
+    // A minute: a delivered 25 MB body does not linger, and the scan is one index probe per body.
+    bodyPurgeEveryMs: MINUTE,
   },
 };
 

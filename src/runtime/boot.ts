@@ -144,6 +144,13 @@ export async function startLettermill(opts: StartOptions = {}): Promise<Running>
     }
     if (running.backendUrl) announce(`Lettermill backend  ${running.backendUrl}  (health: ${running.backendUrl}/api/v1/health)`);
     if (running.mtaUrl) announce(`Lettermill MTA      ${running.mtaUrl}  (health: ${running.mtaUrl}/health)`);
+    if (mta) {
+      // The SMTP doors, so an operator sees at once whether bounces can reach this host.
+      const host = displayHost(config.INBOUND_SMTP_HOST ?? "0.0.0.0");
+      announce(mta.inbound.port === null ? `Inbound SMTP        not listening (INBOUND_SMTP_PORT ${config.INBOUND_SMTP_PORT} could not be bound)` : `Inbound SMTP        ${host}:${mta.inbound.port}  (bounces, feedback reports)`);
+      const sub = mta.submission;
+      if (sub?.starttls.port) announce(`SMTP submission     ${displayHost(config.SUBMISSION_HOST ?? "0.0.0.0")}:${sub.starttls.port}  (STARTTLS${sub.implicitTls?.port ? `; implicit TLS on ${sub.implicitTls.port}` : ''})`);
+    }
     return running;
   } catch (err) {
     await cleanup();

@@ -5,6 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import pg from 'pg';
@@ -95,7 +96,7 @@ describe('npm start on a fresh data directory', () => {
     expect(body.data.queue.depth).toBe(0);
     // The servers answer as soon as they listen; the URLs are printed once both roles have
     // started their workers, a moment later.
-    while (!s.output().includes('Lettermill MTA')) {
+    while (!s.output().includes('Inbound SMTP')) {
       if (Date.now() > deadline) throw new Error(`no start-up announcement in time:\n${s.output()}`);
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -108,6 +109,15 @@ describe('npm start on a fresh data directory', () => {
     const out = s.output();
     expect(out).toContain(`http://localhost:${port}`);
     expect(out).toContain(`http://localhost:${mtaPort}`);
+    // The inbound SMTP door is announced with the port it really bound (INBOUND_SMTP_PORT=0 here).
+    const smtpPort = Number(/Inbound SMTP +localhost:(\d+) /.exec(out)?.[1]);
+    expect(smtpPort).toBeGreaterThan(0);
+    const greeting = await new Promise<string>((res, rej) => {
+      const sock = connect(smtpPort, '127.0.0.1');
+      sock.once('data', (d) => (res(d.toString()), sock.destroy()));
+      sock.once('error', rej);
+    });
+    expect(greeting).toMatch(/^220 /);
     const secrets = JSON.parse(readFileSync(join(dataDir, 'secrets.json'), 'utf8')).secrets;
     for (const name of ['ADMIN_TOKEN', 'MTA_API_KEY', 'MTA_WEBHOOK_SECRET', 'BOUNCE_VERP_KEY']) {
       expect(out).toContain(`${name}=${secrets[name]}`);

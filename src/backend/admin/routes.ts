@@ -13,6 +13,7 @@ import type { AdminAuthDeps, AdminGuard } from '../api/admin-auth.js';
 import { sessionActor } from '../api/admin-auth.js';
 import { dummyHash, hashPassword, verifyPassword } from './passwords.js';
 import { AUDIT_LOG, ADMIN_LOGIN, ROLES } from './policy.js';
+import { AuditEntry, Pagination, SessionBody, User } from './schemas.js';
 import { createSession, deleteSession, sessionCookie } from './sessions.js';
 import { clearAccount, lockedFor, loginKeys, recordFailure } from './throttle.js';
 import { checkPassword, checkRole, countUsers, createUser, findUserByEmail, toUser, type UserRow } from './users.js';
@@ -63,9 +64,9 @@ export function adminAccountRoutes(app: HttpApp, d: AdminRouteDeps): void {
     return reply.code(status).send({ data: { user: { id: u.id, email: u.email, role: u.role }, csrfToken: s.csrfToken } });
   };
 
-  app.get('/admin/setup', async () => ({ data: { needed: (await countUsers(d.db)) === 0 } }));
+  app.get('/admin/setup', { schema: { response: { 200: Type.Object({ data: Type.Object({ needed: Type.Boolean() }) }) } } }, async () => ({ data: { needed: (await countUsers(d.db)) === 0 } }));
 
-  app.post('/admin/setup', { schema: { body: SetupBody } }, async (req, reply) => {
+  app.post('/admin/setup', { schema: { body: SetupBody, response: { 201: SessionBody } } }, async (req, reply) => {
     const b = req.body as Static<typeof SetupBody>;
     const token = d.config.ADMIN_TOKEN;
     if (!token) throw unavailable('Setup needs ADMIN_TOKEN; or create the first admin with `lettermill users create`', 'admin_disabled');
@@ -80,7 +81,7 @@ export function adminAccountRoutes(app: HttpApp, d: AdminRouteDeps): void {
     return login(req, reply, row, 201);
   });
 
-  app.post('/admin/session', { schema: { body: Credentials } }, async (req, reply) => {
+  app.post('/admin/session', { schema: { body: Credentials, response: { 200: SessionBody } } }, async (req, reply) => {
     const b = req.body as Static<typeof Credentials>;
     const now = d.clock.now();
     const keys = loginKeys(req.ip, b.email);
@@ -96,14 +97,14 @@ export function adminAccountRoutes(app: HttpApp, d: AdminRouteDeps): void {
       if (lockout > 0) throw throttled(lockout);
       throw unauthenticated('Wrong email or password', 'invalid_credentials');
     }
-    await clearAccount(d.db, b.email);
+    await clearAccount(d.db, b.email, now);
     return login(req, reply, u, 200);
   });
 
-  app.get('/admin/session', async (req) => {
+  app.get('/admin/session', { schema: { response: { 200: SessionBody } } }, async (req) => {
     const actor = await sessionActor(d, req);
     if (!actor) throw unauthenticated('Not logged in', 'unauthenticated');
-    return { data: { user: { id: actor.userId, email: actor.name, role: actor.role }, csrfToken: actor.csrfToken } };
+    return { data: { user: { id: actor.userId!, email: actor.name, role: actor.role }, csrfToken: actor.csrfToken! } };
   });
 
   app.delete('/admin/session', guarded, async (req, reply) => {
@@ -112,17 +113,17 @@ export function adminAccountRoutes(app: HttpApp, d: AdminRouteDeps): void {
     return reply.code(204).send();
   });
 
-  app.get('/admin/users', guarded, async () => {
+  app.get('/admin/users', { ...guarded, schema: { response: { 200: Type.Object({ data: Type.Array(User) }) } } }, async () => {
     const r = await d.db.query<UserRow>(`SELECT * FROM admin_users ORDER BY id LIMIT 1000`);
     return { data: r.rows.map(toUser) };
   });
 
-  app.post('/admin/users', { ...guarded, schema: { body: CreateUser } }, async (req, reply) => {
+  app.post('/admin/users', { ...guarded, schema: { body: CreateUser, response: { 201: Type.Object({ data: User }) } } }, async (req, reply) => {
     const b = req.body as Static<typeof CreateUser>;
     return reply.code(201).send({ data: await createUser(d.db, b, d.clock.now()) });
   });
 
-  app.patch('/admin/users/:id', { ...guarded, schema: { params: IdParams, body: PatchUser } }, async (req) => {
+  app.patch('/admin/users/:id', { ...guarded, schema: { params: IdParams, body: PatchUser, response: { 200: Type.Object({ data: User }) } } }, async (req) => {
     const { id } = req.params as Static<typeof IdParams>;
     const b = req.body as Static<typeof PatchUser>;
     if (b.role === undefined && b.password === undefined && b.disabled === undefined) throw badInput('Nothing to change: give role, password or disabled', 'validation_error');
@@ -157,7 +158,7 @@ export function adminAccountRoutes(app: HttpApp, d: AdminRouteDeps): void {
     return reply.code(204).send();
   });
 
-  app.get('/admin/audit-log', { ...guarded, schema: { querystring: PageQuery } }, async (req) => {
+  app.get('/admin/audit-log', { ...guarded, schema: { querystring: PageQuery, response: { 200: Type.Object({ data: Type.Array(AuditEntry), pagination: Pagination }) } } }, async (req) => {
     const q = req.query as Static<typeof PageQuery>;
     const limit = q.limit ?? AUDIT_LOG.defaultLimit;
     let after: string | null = null;

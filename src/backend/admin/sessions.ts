@@ -22,6 +22,11 @@ export interface Session {
 }
 
 export async function createSession(db: Queryable, userId: string, ip: string | null, now: number): Promise<{ token: string; csrfToken: string }> {
+  // Sessions nobody came back to are removed here (logins are rare; the table stays small).
+  await db.query(`DELETE FROM admin_sessions WHERE last_seen_at <= $1 OR created_at <= $2`, [
+    toIso(now - ADMIN_SESSION.idleTimeoutMs),
+    toIso(now - ADMIN_SESSION.absoluteTimeoutMs),
+  ]);
   const token = randomToken(ADMIN_SESSION.tokenBytes);
   const csrfToken = randomToken(ADMIN_SESSION.tokenBytes);
   await db.query(`INSERT INTO admin_sessions (token_hash, user_id, csrf_token, ip, created_at, last_seen_at) VALUES ($1, $2, $3, $4, $5, $5)`, [

@@ -53,6 +53,11 @@ export async function recordFailure(db: Queryable, keys: ThrottleKey[], now: num
 }
 
 /** A successful login clears its account's failures (the IP's stay counted). */
-export async function clearAccount(db: Queryable, email: string): Promise<void> {
+export async function clearAccount(db: Queryable, email: string, now: number): Promise<void> {
   await db.query(`DELETE FROM admin_login_throttle WHERE key = $1`, [`account:${email.trim().toLowerCase()}`]);
+  // Counts whose window and lockout are over mean nothing any more.
+  await db.query(`DELETE FROM admin_login_throttle WHERE window_started_at <= $1 AND (locked_until IS NULL OR locked_until <= $2)`, [
+    new Date(now - ADMIN_LOGIN.windowMs),
+    new Date(now),
+  ]);
 }

@@ -16,24 +16,38 @@ import type { ApiDeps } from './deps.js';
 import { CONTACT_IMPORT } from './policy.js';
 
 const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 100 }) });
+const Nullable = Type.Union([Type.String(), Type.Null()]);
+const Import = Type.Object({
+  id: Type.String(),
+  state: Type.Union([Type.Literal('running'), Type.Literal('done'), Type.Literal('failed')]),
+  total: Type.Integer({ description: 'Data rows in the file (known once the upload is spooled)' }),
+  processed: Type.Integer(),
+  imported: Type.Integer({ description: 'Valid rows written: created or matched an existing contact' }),
+  rejected: Type.Integer(),
+  errors: Type.Array(Type.Object({ row: Type.Integer(), message: Type.String() }), { description: `The first ${CONTACT_IMPORT.maxErrors} rejected rows` }),
+  error: Nullable,
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+  finishedAt: Nullable,
+});
 
 export function contactImportRoutes(scope: HttpApp, d: ApiDeps, importer: ContactImporter, guard: AdminGuard): void {
   // The body reaches the handler as a stream (spooled to disk there, size-limited), never buffered whole.
   scope.addContentTypeParser(['text/csv', 'application/csv'], (_req, payload, done) => done(null, payload));
   const admin = { onRequest: guard };
 
-  scope.post('/admin/contacts/imports', { ...admin, bodyLimit: CONTACT_IMPORT.maxBytes }, async (req, reply) => {
+  scope.post('/admin/contacts/imports', { ...admin, bodyLimit: CONTACT_IMPORT.maxBytes, schema: { response: { 202: Type.Object({ data: Type.Object({ id: Type.String() }) }) } } }, async (req, reply) => {
     const id = await importer.accept(req.body as Readable, req.adminActor?.name ?? null);
     return reply.code(202).send({ data: { id } });
   });
 
-  scope.get('/admin/contacts/imports/:id', { ...admin, schema: { params: IdParams } }, async (req) => {
+  scope.get('/admin/contacts/imports/:id', { ...admin, schema: { params: IdParams, response: { 200: Type.Object({ data: Import }) } } }, async (req) => {
     const r = await d.db.query<ImportRow>(`SELECT * FROM contact_imports WHERE id = $1`, [(req.params as Static<typeof IdParams>).id]);
     if (!r.rows[0]) throw notFound('Import not found', 'import_not_found');
     return { data: toImport(r.rows[0]) };
   });
 
-  scope.get('/admin/contacts/imports', admin, async () => {
+  scope.get('/admin/contacts/imports', { ...admin, schema: { response: { 200: Type.Object({ data: Type.Array(Import) }) } } }, async () => {
     const r = await d.db.query<ImportRow>(`SELECT * FROM contact_imports ORDER BY id DESC LIMIT 50`);
     return { data: r.rows.map(toImport) };
   });

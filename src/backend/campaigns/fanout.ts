@@ -407,6 +407,7 @@ export class Fanout {
     const at = toIso(this.d.clock.now());
     const acceptedIds: string[] = [];
     const providerIds: (string | null)[] = [];
+    const messageIds: (string | null)[] = [];
     const refusedIds: string[] = [];
     const refusedErrors: string[] = [];
     let cursor = batch.last;
@@ -416,6 +417,7 @@ export class Fanout {
       if (r.ok) {
         acceptedIds.push(m.id);
         providerIds.push(r.value.providerMessageId);
+        messageIds.push(r.value.messageId);
       } else if (r.error instanceof ProviderError && !r.error.retryable) {
         refusedIds.push(m.id);
         refusedErrors.push(r.error.message.slice(0, 1000));
@@ -428,7 +430,7 @@ export class Fanout {
     await recordHandOffs(
       this.d.db,
       this.d.events,
-      acceptedIds.map((id, i) => ({ id, providerMessageId: providerIds[i]! })),
+      acceptedIds.map((id, i) => ({ id, providerMessageId: providerIds[i]!, messageId: messageIds[i] ?? null })),
       Date.parse(at),
       async (q) => {
         await recordFailures(q, refusedIds.map((id, i) => ({ id, error: refusedErrors[i]! })), Date.parse(at));

@@ -42,6 +42,19 @@ const RecipientQuery = Type.Object(
   },
   { additionalProperties: false },
 );
+const Recipient = Type.Object({
+  contactId: Type.Union([Type.String(), Type.Null()]),
+  email: Type.String(),
+  // Spelled out: a mapped array of literals types as never (policy RECIPIENT_STATES is the same list).
+  status: Type.Union([Type.Literal('queued'), Type.Literal('sent'), Type.Literal('delivered'), Type.Literal('bounced'), Type.Literal('suppressed'), Type.Literal('failed')]),
+  reason: Type.Union([Type.String(), Type.Null()]),
+  smtpResponse: Type.Union([Type.String(), Type.Null()]),
+  updatedAt: Type.String(),
+});
+const RecipientPage = Type.Object({
+  data: Type.Array(Recipient),
+  pagination: Type.Object({ limit: Type.Integer(), cursor: Type.Union([Type.String(), Type.Null()]), isDone: Type.Boolean() }),
+});
 const ExportQuery = Type.Object({ status: Type.Optional(Type.Union(RECIPIENT_STATES.map((s) => Type.Literal(s)))) }, { additionalProperties: false });
 
 interface Row {
@@ -167,7 +180,7 @@ export function campaignRoutes(app: HttpApp, d: CampaignRouteDeps): void {
   };
 
   // The per-recipient record (docs/dashboard.md): latest send per recipient, filterable by state.
-  app.get('/admin/campaigns/:id/recipients', { ...admin, schema: { params: IdParams, querystring: RecipientQuery } }, async (req) => {
+  app.get('/admin/campaigns/:id/recipients', { ...admin, schema: { params: IdParams, querystring: RecipientQuery, response: { 200: RecipientPage } } }, async (req) => {
     const { id } = req.params as Static<typeof IdParams>;
     const q = req.query as Static<typeof RecipientQuery>;
     await exists(id);
@@ -197,7 +210,7 @@ export function campaignRoutes(app: HttpApp, d: CampaignRouteDeps): void {
   });
 
   // Resends only the failures (policy RECIPIENTS.retryStatuses and soft bounces); idempotent.
-  app.post('/admin/campaigns/:id/retry', { ...admin, schema: { params: IdParams } }, async (req, reply) => {
+  app.post('/admin/campaigns/:id/retry', { ...admin, schema: { params: IdParams, response: { 202: Type.Object({ data: Type.Object({ queued: Type.Integer() }) }) } } }, async (req, reply) => {
     const { id } = req.params as Static<typeof IdParams>;
     const queued = await d.fanout.retry(id);
     return reply.code(202).send({ data: { queued } });

@@ -17,6 +17,7 @@ import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { ProviderError, type EmailProvider } from '../api/sending/provider.js';
 import type { ProviderRouter } from '../api/sending/router.js';
 import { FANOUT } from './policy.js';
+import { stableMessageId } from '../../shared/mail/message-id.js';
 
 export interface CampaignMessage {
   id: string;
@@ -95,7 +96,8 @@ export class MtaBulkTransport implements CampaignTransport {
             }
             if (status === 200 || status === 202) {
               const id = parsed?.data?.messageId;
-              resolve({ providerMessageId: typeof id === 'string' ? id : m.id, messageId: null });
+              // The MTA writes this Message-ID (the same function): recorded for reply linking.
+              resolve({ providerMessageId: typeof id === 'string' ? id : m.id, messageId: stableMessageId(this.o.organizationId, m.id, m.dkimDomain) });
               return;
             }
             const detail = typeof parsed?.error?.message === 'string' ? parsed.error.message : Buffer.concat(chunks).toString('utf8').slice(0, 200);

@@ -79,7 +79,17 @@ export interface InboundMessage {
   inReplyTo: string | null;
   references: string[];
   receivedAt: number;
-  /** Everything else the MTA sent (authentication results, headers, route). */
+  /** The route that took it (`{ domain, address }`), when the MTA names it. */
+  route: Record<string, unknown> | null;
+  /** Attachments as the MTA described them (filename, contentType, size, contentId); bytes stay in `raw`. */
+  attachments: Record<string, unknown>[];
+  /** The MTA's SPF, DKIM and DMARC results and the Authentication-Results header it wrote. */
+  authentication: Record<string, unknown> | null;
+  /** Size of the message as received (bytes). */
+  rawSize: number | null;
+  /** The message as received, when the MTA sent it. */
+  raw: Buffer | null;
+  /** Everything else the MTA sent (fields this backend does not know yet). */
   extra: Record<string, unknown>;
 }
 

@@ -18,7 +18,9 @@ import type { Logger } from '../../shared/log.js';
 import type { BackendEventName, EventBus } from '../events.js';
 import type { FeedbackEvent, InboundEvent, LifecycleEvent, OperationalEvent, SuppressionReason } from './lifecycle.js';
 import { ACTIVITY_STATUSES, BLOCKLIST_SUPPRESSION_REASONS, CUSTOMER_EVENT } from './policy.js';
-import { findContactIds, findSends, moveSendStatus, saveSendStatuses, type SendRef } from '../sends/feedback.js';
+import { findContactIds, findRepliedSend, findSends, moveSendStatus, saveSendStatuses, type SendRef } from '../sends/feedback.js';
+import { parseMailbox } from '../../shared/mail/address.js';
+import { messageIdsIn } from '../../shared/mail/message-id.js';
 
 /** The backend's event bus as feedback uses it: customer events written in the feedback transaction. */
 export type EventEmitter = Pick<EventBus, 'emitIn'>;
@@ -260,12 +262,36 @@ async function applyInbound(c: DbClient, deps: PipelineDeps, ev: InboundEvent, p
   const now = deps.clock.now();
   const m = ev.message;
   const id = newId('inb', now);
+  const link = await replyLink(c, m);
   await c.query(
-    `INSERT INTO feedback_inbox (id, message_id, from_address, to_addresses, subject, text_body, html_body, in_reply_to, refs, extra, received_at, created_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-    [id, m.messageId, m.from, m.to, m.subject, m.text, m.html, m.inReplyTo, m.references, JSON.stringify(m.extra), iso(m.receivedAt), iso(now)],
+    `INSERT INTO feedback_inbox (id, message_id, from_address, to_addresses, subject, text_body, html_body, in_reply_to, refs, extra, received_at, created_at,
+                                 raw, raw_size, attachments, authentication, route, send_id, contact_id, campaign_id, linked_by)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,
+    [
+      id, m.messageId, m.from, m.to, m.subject, m.text, m.html, m.inReplyTo, m.references, JSON.stringify(m.extra), iso(m.receivedAt), iso(now),
+      m.raw, m.rawSize ?? m.raw?.length ?? null, JSON.stringify(m.attachments), m.authentication ? JSON.stringify(m.authentication) : null,
+      m.route ? JSON.stringify(m.route) : null, link?.sendId ?? null, link?.contactId ?? null, link?.campaignId ?? null, link?.by ?? null,
+    ],
   );
-  pending.log.push(() => deps.log.info({ inboxId: id, to: m.to }, 'inbound message stored in the team inbox'));
+  pending.log.push(() => deps.log.info({ inboxId: id, to: m.to, sendId: link?.sendId, linkedBy: link?.by }, 'inbound message stored in the team inbox'));
+}
+
+/**
+ * What an inbound message answers: one of our sends by its In-Reply-To, else by its
+ * References (newest first), against the Message-IDs recorded at hand-over; else only the
+ * contact whose address sent it.
+ */
+async function replyLink(c: DbClient, m: InboundEvent['message']) {
+  const direct = messageIdsIn(m.inReplyTo);
+  const refs = m.references.flatMap(messageIdsIn).reverse();
+  const send = await findRepliedSend(c, [...direct, ...refs]);
+  if (send) {
+    const by = direct.some((d) => d.toLowerCase() === send.messageId) ? ('in_reply_to' as const) : ('references' as const);
+    return { sendId: send.id, contactId: send.contactId, campaignId: send.campaignId, by };
+  }
+  const from = parseMailbox(m.from)?.address.toLowerCase();
+  const contactId = from ? (await findContactIds(c, [from])).get(from) : undefined;
+  return contactId ? { sendId: null, contactId, campaignId: null, by: 'from_address' as const } : null;
 }
 
 async function applyOperational(c: DbClient, deps: PipelineDeps, ev: OperationalEvent, pending: Pending): Promise<void> {

@@ -112,8 +112,26 @@ export const ACTIVITY_STATUSES: ReadonlySet<LifecycleStatus> = new Set([
 
 /**
  * Bytes of webhook bodies the backend receives at once, all inbound routes together
- * (src/shared/body-budget.ts). The MTA posts at most 4 batches at a time (up to 10 MiB each
- * with inbound messages); 64 MiB leaves room for the providers while a flood of forged
- * signatures cannot buffer more than this.
+ * (src/shared/body-budget.ts), at least: 64 MiB leaves room for the providers while a flood of
+ * forged signatures cannot buffer more than this. inboundBodyLimits raises it so that two
+ * inbound messages of the MTA's largest size fit at once.
  */
 export const WEBHOOK_BODY_BUDGET_BYTES = 64 * 1024 * 1024;
+
+/** Bytes of base64 text for `n` bytes. */
+const base64Size = (n: number) => Math.ceil(n / 3) * 4;
+
+/**
+ * Body limits of the MTA's two routes that carry inbound messages, from the MTA's inbound
+ * size limit (INBOUND_MAX_MESSAGE_MB, 25 by default):
+ * - `/webhooks/mta`: one message in base64 (`raw`), its parsed text and HTML (together no
+ *   larger than the message) and 1 MiB for the rest of the JSON: about 59 MiB at 25 MB;
+ * - `/webhooks/mta-mailbox`: one message in base64 and 64 KiB of JSON: about 34 MiB.
+ * Only these routes are raised; Fastify refuses a larger declared body before reading it.
+ * The body budget is raised with them so that two of the largest fit in it at once.
+ */
+export function inboundBodyLimits(maxMessageMb: number): { mta: number; mailbox: number; budget: number } {
+  const message = maxMessageMb * 1024 * 1024;
+  const mta = base64Size(message) + message + 1024 * 1024;
+  return { mta, mailbox: base64Size(message) + 64 * 1024, budget: Math.max(WEBHOOK_BODY_BUDGET_BYTES, 2 * mta) };
+}

@@ -14,7 +14,8 @@ import type { Logger } from '../../shared/log.js';
 import { FeedbackFormatError, type FeedbackEvent, type Translation } from './lifecycle.js';
 import { Batcher } from '../../shared/batch.js';
 import { BodyBudget } from '../../shared/body-budget.js';
-import { WEBHOOK_BODY_BUDGET_BYTES } from './policy.js';
+import { inboundBodyLimits } from './policy.js';
+import { parseDelivery, storeDelivery } from '../mailboxes/store.js';
 import { applyFeedback, applyFeedbackGroups, type ApplyResult, type PipelineDeps } from './pipeline.js';
 import { mandrillBatchTime, parseMandrillEvents, translateMandrill } from './translate/mandrill.js';
 import { translateMta } from './translate/mta.js';
@@ -40,9 +41,11 @@ import { precheckSvix, svixKey, verifySvix } from './verify/svix.js';
 /** Group commit of MTA events: transactions in flight, events and bytes per transaction. */
 const MTA_EVENT_BATCH = { maxInFlight: 2, maxItems: 200, maxBytes: 4 * 1024 * 1024 };
 
-/** Body limits per route: MTA events carry inbound messages; Mandrill batches up to 1000 events. */
+/**
+ * Body limits per route: Mandrill batches up to 1000 events. The MTA's two routes carry
+ * inbound messages and follow its inbound size limit (policy.ts, inboundBodyLimits).
+ */
 export const BODY_LIMITS = {
-  mta: 10 * 1024 * 1024,
   ses: 512 * 1024,
   resend: 1024 * 1024,
   mandrill: 5 * 1024 * 1024,
@@ -117,7 +120,8 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
 
   // Cheap checks before a body is read: the signature headers and the timestamp, then room
   // in the budget of bodies being received (a forged header costs nothing to send).
-  const budget = new BodyBudget(WEBHOOK_BODY_BUDGET_BYTES);
+  const inbound = inboundBodyLimits(config.INBOUND_MAX_MESSAGE_MB);
+  const budget = new BodyBudget(inbound.budget);
   const precheck = (check: (headers: HeaderBag, nowMs: number) => void) =>
     async (req: FastifyRequest) => check(req.raw.headersDistinct, clock.now());
 
@@ -132,11 +136,23 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
     const raw = (req: FastifyRequest): Buffer => (Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
 
     const signed = (secret: ReturnType<typeof requireSecret>, check: Parameters<typeof precheck>[0]) => [secret, precheck(check), budget.reserve];
-    scope.post('/webhooks/mta', { bodyLimit: BODY_LIMITS.mta, onRequest: signed(requireSecret('MTA_WEBHOOK_SECRET'), (h, now) => precheckTimestamped(MTA_SCHEME, h, now)) }, async (req, reply) => {
+    const mtaSigned = signed(requireSecret('MTA_WEBHOOK_SECRET'), (h, now) => precheckTimestamped(MTA_SCHEME, h, now));
+    scope.post('/webhooks/mta', { bodyLimit: inbound.mta, onRequest: mtaSigned }, async (req, reply) => {
       const body = raw(req);
       const now = clock.now();
       verifyTimestampedHmac(MTA_SCHEME, { secret: config.MTA_WEBHOOK_SECRET!, body, headers: req.raw.headersDistinct, nowMs: now });
       return apply(translateMta(body, now), reply, (events) => mtaBatch.submit(events, body.length));
+    });
+
+    // Personal-mailbox mail (src/backend/mailboxes): signed like the events, stored once per delivery id.
+    scope.post('/webhooks/mta-mailbox', { bodyLimit: inbound.mailbox, onRequest: mtaSigned }, async (req, reply) => {
+      const body = raw(req);
+      const now = clock.now();
+      verifyTimestampedHmac(MTA_SCHEME, { secret: config.MTA_WEBHOOK_SECRET!, body, headers: req.raw.headersDistinct, nowMs: now });
+      const { delivery, raw: message } = parseDelivery(body);
+      const data = await storeDelivery(deps.db, now, delivery, message);
+      log.info({ deliveryId: delivery.id, mailboxId: delivery.mailboxId, bytes: message.length, ...data }, data.stored ? 'mailbox message stored' : 'mailbox delivery already stored');
+      return reply.code(200).send({ data });
     });
 
     scope.post('/webhooks/relay', { bodyLimit: BODY_LIMITS.relay, onRequest: signed(requireSecret('RELAY_WEBHOOK_SECRET'), (h, now) => precheckTimestamped(RELAY_SCHEME, h, now)) }, async (req, reply) => {

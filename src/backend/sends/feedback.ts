@@ -109,3 +109,31 @@ export async function findContactIds(c: DbClient, emails: Iterable<string>): Pro
   for (const row of r.rows) out.set(row.email, row.id);
   return out;
 }
+
+export interface RepliedSend {
+  id: string;
+  contactId: string | null;
+  campaignId: string | null;
+  /** The msg-id (lower-cased) that matched. */
+  messageId: string;
+}
+
+/**
+ * The send a reply answers: the first of `messageIds` (in the caller's order of preference)
+ * that is one of our recorded Message-IDs (email_sends.message_id, written at hand-over).
+ */
+export async function findRepliedSend(c: DbClient, messageIds: string[]): Promise<RepliedSend | null> {
+  const keys = [...new Set(messageIds.map((m) => m.toLowerCase()))];
+  if (keys.length === 0) return null;
+  const r = await c.query<{ id: string; contact_id: string | null; campaign_id: string | null; mid: string }>({
+    name: 'lm_sends_by_message_id',
+    text: `SELECT id, contact_id, campaign_id, lower(message_id) AS mid FROM email_sends
+            WHERE lower(message_id) = ANY ($1::text[]) AND message_id IS NOT NULL ORDER BY id`,
+    values: [keys],
+  });
+  for (const k of keys) {
+    const row = r.rows.find((x) => x.mid === k);
+    if (row) return { id: row.id, contactId: row.contact_id, campaignId: row.campaign_id, messageId: k };
+  }
+  return null;
+}

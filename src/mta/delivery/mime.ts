@@ -8,7 +8,6 @@
  * Body parts use 7bit when they already are, 8bit when the receiving server offers 8BITMIME,
  * otherwise quoted-printable (small parts) or base64 (large parts, encoded natively).
  */
-import { createHash } from 'node:crypto';
 import * as mimeFuncs from 'nodemailer/lib/mime-funcs';
 import * as qp from 'nodemailer/lib/qp';
 import { randomToken } from '../../shared/crypto.js';
@@ -146,14 +145,8 @@ export function rfc5322Date(ms: number): string {
   return new Date(ms).toUTCString().replace(/GMT$/, '+0000');
 }
 
-/**
- * A Message-ID that is the same for every attempt of one job, so a message delivered twice
- * (a crash between the remote's 250 and our bookkeeping) carries one id receivers can dedupe.
- */
-export function stableMessageId(organizationId: string, messageId: string, domain: string): string {
-  const h = createHash('sha256').update(`${organizationId}\0${messageId}`).digest('base64url').slice(0, 26);
-  return `<${h}@${domain.toLowerCase()}>`;
-}
+/** The Message-ID of a job, shared with the backend (it records it for reply linking). */
+export { stableMessageId } from '../../shared/mail/message-id.js';
 
 export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMessage {
   const from = requireMailbox(msg.from, 'from');

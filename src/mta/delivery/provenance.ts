@@ -4,6 +4,7 @@
  * 16 days. Rows are batched into one INSERT per few milliseconds: at thousands of sends per
  * second one round trip per message would cost more than the send.
  */
+import { Batcher } from '../../shared/batch.js';
 import type { Clock } from '../../shared/clock.js';
 import type { Db } from '../../shared/db/pool.js';
 import { DELIVERY } from './settings.js';
@@ -29,11 +30,14 @@ export class ProvenanceStore {
   private pending = new Map<string, Pending>();
   private timer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> = Promise.resolve();
+  private readonly lookups: Batcher<string, Provenance | null>;
 
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
-  ) {}
+  ) {
+    this.lookups = new Batcher((ids) => this.lookupMany(ids), { maxInFlight: DELIVERY.provenanceLookupsInFlight, maxItems: DELIVERY.provenanceBatchMax });
+  }
 
   /** Resolves once the row is durable. A later record for the same message id replaces it. */
   record(row: Provenance): Promise<void> {
@@ -85,8 +89,15 @@ export class ProvenanceStore {
     }
   }
 
-  /** The provenance of a message id, or null when unknown or older than the 16-day horizon. */
-  async lookup(messageId: string): Promise<Provenance | null> {
+  /**
+   * The provenance of a message id, or null when unknown or older than the 16-day horizon.
+   * Lookups made together share one query (the shared Batcher): reports arrive in bursts.
+   */
+  lookup(messageId: string): Promise<Provenance | null> {
+    return this.lookups.submit(messageId);
+  }
+
+  private async lookupMany(ids: string[]): Promise<(Provenance | null)[]> {
     const res = await this.db.query<{
       message_id: string;
       organization_id: string;
@@ -95,21 +106,17 @@ export class ProvenanceStore {
       domain: string;
       ip: string | null;
       sent_at: Date;
-    }>(`SELECT * FROM mta_send_provenance WHERE message_id = $1 AND sent_at > $2`, [
-      messageId,
+    }>(`SELECT * FROM mta_send_provenance WHERE message_id = ANY($1::text[]) AND sent_at > $2`, [
+      [...new Set(ids)],
       new Date(this.clock.now() - DELIVERY.provenanceRetentionMs),
     ]);
-    const r = res.rows[0];
-    if (!r) return null;
-    return {
-      messageId: r.message_id,
-      organizationId: r.organization_id,
-      campaignId: r.campaign_id,
-      recipient: r.recipient,
-      domain: r.domain,
-      ip: r.ip,
-      sentAt: r.sent_at.getTime(),
-    };
+    const found = new Map(
+      res.rows.map((r) => [
+        r.message_id,
+        { messageId: r.message_id, organizationId: r.organization_id, campaignId: r.campaign_id, recipient: r.recipient, domain: r.domain, ip: r.ip, sentAt: r.sent_at.getTime() },
+      ]),
+    );
+    return ids.map((id) => found.get(id) ?? null);
   }
 
   /** Deletes rows past the 16-day retention, in bounded batches. Returns how many went. */

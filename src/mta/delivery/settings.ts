@@ -44,6 +44,8 @@ export const DELIVERY = {
   /** Provenance rows are written in batches: one INSERT per this many ms or rows. */
   provenanceFlushMs: 5,
   provenanceBatchMax: 500,
+  /** Batched provenance lookups (bounce attribution) in flight at once. */
+  provenanceLookupsInFlight: 2,
 } as const;
 
 /**

@@ -23,6 +23,7 @@ import type { SmtpIntel } from '../state/smtp-intel.js';
 import type { Throttle } from '../state/throttle.js';
 import type { FeedbackReportRow, FeedbackReportStore } from '../stores/feedback-reports.js';
 import type { IspProfile } from '../stores/isp-profiles.js';
+import type { InboundTarget } from './recipients.js';
 import type { ReceivedMessage } from './server.js';
 
 export type AttributionSource = 'envelope' | 'cfbl_feedback_id' | 'verp_scrape';
@@ -52,6 +53,8 @@ export interface FeedbackDeps {
   metrics: MtaMetrics | null;
   clock: Clock;
   log: Logger;
+  /** Lookups started at RCPT (`prefetch`): how many may wait, and how long. */
+  prefetch: { maxEntries: number; maxAgeMs: number };
 }
 
 /** What became of one report (tests and `mta_inbound_reports_total`). */
@@ -118,7 +121,38 @@ function failure(report: ParsedReport, sentTo: string): ReportRecipient | null {
 }
 
 export class FeedbackProcessor {
+  /** Provenance lookups started at RCPT, by message id, oldest first. */
+  private readonly early = new Map<string, { at: number; lookup: Promise<Provenance | null> }>();
+
   constructor(private readonly d: FeedbackDeps) {}
+
+  /**
+   * At RCPT: a report address whose token verifies starts its provenance lookup now, so it runs
+   * while the message streams in and is parsed. Only a head start: the decision is still made
+   * after DATA from the whole report (docs/bounces.md → Attribution).
+   */
+  readonly prefetch = (target: InboundTarget): void => {
+    const purpose = PURPOSE[target.kind];
+    if (!purpose || !target.token) return;
+    const ok = verifyToken(target.token, this.d.key, purpose);
+    if (!ok?.verified || this.early.has(ok.messageId)) return;
+    const now = this.d.clock.now();
+    const { maxEntries, maxAgeMs } = this.d.prefetch;
+    for (const [id, e] of this.early) {
+      if (this.early.size < maxEntries && now - e.at <= maxAgeMs) break;
+      this.early.delete(id);
+    }
+    const lookup = this.d.provenance.lookup(ok.messageId);
+    lookup.catch(() => {}); // an unclaimed failure is nobody's; a claimed one is seen by process()
+    this.early.set(ok.messageId, { at: now, lookup });
+  };
+
+  private provenance(messageId: string): Promise<Provenance | null> {
+    const e = this.early.get(messageId);
+    if (!e) return this.d.provenance.lookup(messageId);
+    this.early.delete(messageId);
+    return e.lookup;
+  }
 
   /** The inbound server's handler for `bounce` and `fbl` targets. */
   readonly handle = async (msg: ReceivedMessage): Promise<void> => {
@@ -127,11 +161,13 @@ export class FeedbackProcessor {
 
   async process(msg: ReceivedMessage): Promise<ReportOutcome> {
     const d = this.d;
-    const report = await parseReport(msg.raw);
-    const auth = await d.authenticate(msg).catch((err: Error): AuthResults => {
+    // Authentication (DNS when enabled) runs while the report is parsed.
+    const authenticating = d.authenticate(msg).catch((err: Error): AuthResults => {
       d.log.warn({ err: err.message }, 'report authentication failed');
       return { spf: 'temperror', dkim: 'temperror', dmarc: 'temperror' };
     });
+    const report = await parseReport(msg.raw);
+    const auth = await authenticating;
     const complaint = report.kind === 'arf' && report.feedbackType !== 'not-spam';
     const base: FeedbackReportRow = {
       dedupeKey: null,
@@ -161,7 +197,7 @@ export class FeedbackProcessor {
     }
     const a = attribute(d, msg, report);
     if ('rejection' in a) return done({ ...base, outcome: `rejected:${a.rejection}` }, { kind: complaint ? 'complaint' : 'bounce', outcome: 'rejected', rejection: a.rejection });
-    const prov = await d.provenance.lookup(a.messageId);
+    const prov = await this.provenance(a.messageId);
     if (!prov) {
       return done(
         { ...base, outcome: 'rejected:expired', source: a.source, messageId: a.messageId },

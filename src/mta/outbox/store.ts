@@ -58,12 +58,15 @@ export function reportEventId(dedupeKey: string): string {
  * The INSERT of events as part of another statement (the delivery log's, so a log row and its
  * event commit together). Parameters `$base` … `$base+4`: ids, names, bodies, lease end, now.
  * Rows already present (a re-run's event) are left alone; RETURNING names the new ones.
+ * With `keep` (an SQL condition on `u.k`), `$base+5` gives each event a key and only the
+ * events whose key passes are written (a received report's, when its row was inserted).
  */
-export function insertEventsSql(base: number): string {
+export function insertEventsSql(base: number, keep?: string): string {
   const p = (i: number) => `$${base + i}`;
   return `INSERT INTO mta_outbox (id, event, body, next_at, created_at)
     SELECT u.id, u.event, u.body, ${p(3)}::timestamptz, ${p(4)}::timestamptz
-      FROM unnest(${p(0)}::text[], ${p(1)}::text[], ${p(2)}::text[]) WITH ORDINALITY AS u(id, event, body, n)
+      FROM unnest(${p(0)}::text[], ${p(1)}::text[], ${p(2)}::text[]${keep ? `, ${p(5)}::text[]` : ''}) WITH ORDINALITY AS u(id, event, body, ${keep ? 'k, ' : ''}n)
+     ${keep ? `WHERE ${keep}` : ''}
      ORDER BY u.n
     ON CONFLICT (id) DO NOTHING RETURNING id`;
 }

@@ -3,7 +3,7 @@ import { conflict, notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
 import type { Job } from '../../shared/queue/types.js';
 import type { MtaContext } from '../context.js';
-import type { MtaJobPayload } from '../job.js';
+import type { MtaQueuedPayload } from '../job.js';
 import { Data, ErrorResponse, masterErrors, OrgId } from './schemas.js';
 
 const iso = (t: number | null) => (t === null ? null : new Date(t).toISOString());
@@ -48,8 +48,8 @@ const JobDetails = Type.Composite([
   }),
 ]);
 
-function summary(j: Job<MtaJobPayload>) {
-  const p = j.payload as MtaJobPayload | null;
+function summary(j: Job<MtaQueuedPayload>) {
+  const p = j.payload as MtaQueuedPayload | null;
   return {
     jobId: j.id,
     state: j.state,
@@ -128,7 +128,7 @@ export async function queueRoutes(app: HttpApp, m: MtaContext): Promise<void> {
     async (req) => {
       const job = await q.get(req.params.jobId);
       if (!job) throw notFound('Job not found', 'job_not_found');
-      const p = job.payload as MtaJobPayload | null;
+      const p = job.payload as MtaQueuedPayload | null;
       const events = p ? (await m.stores.logs.forMessage(p.messageId)).filter((e) => e.jobId === job.id) : [];
       return {
         data: {

@@ -5,15 +5,16 @@
  * so a replayed report (same key) finds the row and changes nothing.
  *
  * Writes are group-committed (the shared Batcher): reports arriving together share one
- * transaction. One transaction per report measured 195 reports/s with 8 senders (bench:bounce):
+ * statement. One transaction per report measured 195 reports/s with 8 senders (bench:bounce):
  * the suppression's NOTIFY takes PostgreSQL's notification lock at every commit, which
- * serialises them.
+ * serialises them. The batch is one statement (data-modifying CTEs), not a transaction of
+ * six round trips: the report's latency is what its sender waits for before the next one.
  */
 import { Batcher } from '../../shared/batch.js';
 import type { Clock } from '../../shared/clock.js';
-import { tx, type Db } from '../../shared/db/pool.js';
+import type { Db } from '../../shared/db/pool.js';
 import { insertEventsSql, insertEventsValues, type OutboxEvent } from '../outbox/store.js';
-import type { SuppressionReason, SuppressionStore } from './suppression.js';
+import { suppressionUpsertCtes, type SuppressionReason, type SuppressionStore } from './suppression.js';
 
 export interface FeedbackReportRow {
   /** Null for reports that have no effect to guard (rejected, ignored). */
@@ -55,7 +56,7 @@ export class FeedbackReportStore {
     private readonly db: Db,
     private readonly clock: Clock,
     private readonly leaseMs: number,
-    private readonly suppression: Pick<SuppressionStore, 'addIn' | 'noteAdded'>,
+    private readonly suppression: Pick<SuppressionStore, 'noteAdded'>,
   ) {
     this.writes = new Batcher((items) => this.writeMany(items), { maxInFlight: 2, maxItems: 200 });
   }
@@ -76,46 +77,73 @@ export class FeedbackReportStore {
       return true;
     });
     const rows = items.filter((_, n) => first[n]).map((i) => i.row);
-    const result = await tx(this.db, async (c) => {
-      const values = COLUMNS.map((_, n) => `$${n + 1}::text[]`).join(', ');
-      const res = await c.query<{ dedupe_key: string | null }>(
-        `INSERT INTO mta_feedback_reports (${COLUMNS.join(', ')}, hard, received_at)
-         SELECT ${COLUMNS.map((c) => `u.${c}`).join(', ')}, h.hard, $${COLUMNS.length + 2}::timestamptz
-           FROM unnest(${values}) WITH ORDINALITY AS u(${COLUMNS.join(', ')}, n)
-           JOIN unnest($${COLUMNS.length + 1}::boolean[]) WITH ORDINALITY AS h(hard, n) USING (n)
-         ON CONFLICT (dedupe_key) DO NOTHING RETURNING dedupe_key`,
-        [
-          rows.map((r) => r.dedupeKey),
-          rows.map((r) => r.kind),
-          rows.map((r) => r.outcome),
-          rows.map((r) => r.source),
-          rows.map((r) => r.messageId),
-          rows.map((r) => r.organizationId),
-          rows.map((r) => r.recipient),
-          rows.map((r) => r.reason),
-          rows.map((r) => r.feedbackType),
-          rows.map((r) => r.spf),
-          rows.map((r) => r.dkim),
-          rows.map((r) => r.dmarc),
-          rows.map((r) => r.remoteIp),
-          rows.map((r) => r.hard),
-          new Date(now),
-        ],
-      );
-      const inserted = new Set(res.rows.map((r) => r.dedupe_key));
-      const fresh = items.map((i, n) => first[n] && (i.row.dedupeKey === null || inserted.has(i.row.dedupeKey)));
-      const suppress = items.filter((i, n) => fresh[n] && i.suppress).map((i) => i.suppress!);
-      if (suppress.length) await this.suppression.addIn(c, suppress);
-      const events = items.filter((_, n) => fresh[n]).flatMap((i) => i.events);
-      const ids = new Set<string>();
-      if (events.length) {
-        const ins = await c.query<{ id: string }>(insertEventsSql(1), insertEventsValues(events, now + this.leaseMs, now));
-        for (const r of ins.rows) ids.add(r.id);
-      }
-      return { fresh, suppress, ids };
+    // Effects of a first sighting, each tagged with its key: the statement keeps those whose
+    // report row it inserted (a null key is never a replay).
+    const keyed = items.filter((_, n) => first[n]);
+    const sup = keyed.filter((i) => i.suppress);
+    const events = keyed.flatMap((i) => i.events.map((e) => ({ e, key: i.row.dedupeKey })));
+    const p = (n: number) => `$${n}`;
+    const base = COLUMNS.length + 3;
+    // One statement, so one round trip and an implicit transaction: the row, the suppression
+    // (and its NOTIFY) and the events commit together or not at all.
+    const res = await this.db.query<{ t: string; v: string | null }>(
+      `WITH rep AS (
+         INSERT INTO mta_feedback_reports (${COLUMNS.join(', ')}, hard, received_at)
+         SELECT ${COLUMNS.map((c) => `u.${c}`).join(', ')}, h.hard, ${p(COLUMNS.length + 2)}::timestamptz
+           FROM unnest(${COLUMNS.map((_, n) => `${p(n + 1)}::text[]`).join(', ')}) WITH ORDINALITY AS u(${COLUMNS.join(', ')}, n)
+           JOIN unnest(${p(COLUMNS.length + 1)}::boolean[]) WITH ORDINALITY AS h(hard, n) USING (n)
+         ON CONFLICT (dedupe_key) DO NOTHING RETURNING dedupe_key),
+       ${suppressionUpsertCtes(
+         `SELECT u.a, u.r, u.s, u.n FROM unnest(${p(base)}::text[], ${p(base + 1)}::text[], ${p(base + 2)}::text[], ${p(base + 3)}::text[]) WITH ORDINALITY AS u(a, r, s, k, n)
+           WHERE u.k IS NULL OR u.k IN (SELECT dedupe_key FROM rep)`,
+         `${p(COLUMNS.length + 2)}::timestamptz`,
+       )},
+       ev AS (${insertEventsSql(base + 4, 'u.k IS NULL OR u.k IN (SELECT dedupe_key FROM rep)')})
+       SELECT 'rep' AS t, dedupe_key AS v FROM rep
+       UNION ALL SELECT 'sup', address FROM sup
+       UNION ALL SELECT 'ev', id FROM ev
+       UNION ALL SELECT 'notify', NULL FROM sup_notify`,
+      [
+        rows.map((r) => r.dedupeKey),
+        rows.map((r) => r.kind),
+        rows.map((r) => r.outcome),
+        rows.map((r) => r.source),
+        rows.map((r) => r.messageId),
+        rows.map((r) => r.organizationId),
+        rows.map((r) => r.recipient),
+        rows.map((r) => r.reason),
+        rows.map((r) => r.feedbackType),
+        rows.map((r) => r.spf),
+        rows.map((r) => r.dkim),
+        rows.map((r) => r.dmarc),
+        rows.map((r) => r.remoteIp),
+        rows.map((r) => r.hard),
+        new Date(now),
+        sup.map((i) => i.suppress!.address),
+        sup.map((i) => i.suppress!.reason),
+        sup.map((i) => i.suppress!.source),
+        sup.map((i) => i.row.dedupeKey),
+        ...insertEventsValues(
+          events.map((x) => x.e),
+          now + this.leaseMs,
+          now,
+        ),
+        events.map((x) => x.key),
+      ],
+    );
+    const inserted = new Set<string | null>();
+    const ids = new Set<string>();
+    const suppressed: string[] = [];
+    for (const r of res.rows) {
+      if (r.t === 'rep') inserted.add(r.v);
+      else if (r.t === 'ev') ids.add(r.v!);
+      else if (r.t === 'sup') suppressed.push(r.v!);
+    }
+    if (suppressed.length) this.suppression.noteAdded(suppressed);
+    return items.map((i, n) => {
+      const fresh = first[n]! && (i.row.dedupeKey === null || inserted.has(i.row.dedupeKey));
+      return { fresh, written: fresh ? i.events.filter((e) => ids.has(e.id)) : [] };
     });
-    if (result.suppress.length) this.suppression.noteAdded(result.suppress.map((s) => s.address));
-    return items.map((i, n) => ({ fresh: result.fresh[n]!, written: i.events.filter((e) => result.ids.has(e.id)) }));
   }
 
   /** Writes what is pending (shutdown). */

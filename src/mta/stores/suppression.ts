@@ -14,6 +14,26 @@ export interface SuppressionEntry {
 }
 
 const CHANNEL = 'mta_suppression';
+/** Addresses per notification in `suppressionUpsertCtes`: 25 × 255 bytes stays under NOTIFY's 8,000. */
+const NOTIFY_GROUP = 25;
+
+/**
+ * `addIn` as two CTEs of a caller's single statement (one round trip, no BEGIN/COMMIT): `sup`
+ * upserts the rows of `from` (a query yielding columns a, r, s, n: address, reason, source,
+ * order; the last of an address wins) and `sup_notify` announces them. The final SELECT must
+ * read `sup_notify` (a plain CTE nobody reads is not run); call `noteAdded` with `sup`'s
+ * addresses after it.
+ */
+export function suppressionUpsertCtes(from: string, now: string): string {
+  return `sup AS (
+    INSERT INTO mta_suppression (address, reason, source, created_at)
+    SELECT DISTINCT ON (f.a) f.a, f.r, f.s, ${now} FROM (${from}) f ORDER BY f.a, f.n DESC
+    ON CONFLICT (address) DO UPDATE SET reason = EXCLUDED.reason, source = COALESCE(EXCLUDED.source, mta_suppression.source)
+    RETURNING address),
+  sup_notify AS (
+    SELECT pg_notify('${CHANNEL}', '+' || chr(10) || string_agg(g.address, chr(10))) AS sent
+      FROM (SELECT address, (row_number() OVER () - 1) / ${NOTIFY_GROUP} AS grp FROM sup) g GROUP BY g.grp)`;
+}
 
 /**
  * The suppression list: durable in PostgreSQL, answered from an in-memory set on the hot path

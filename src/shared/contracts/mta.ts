@@ -78,6 +78,16 @@ export type MtaJob = MtaBuiltJob | MtaRawJob;
 /** A raw (already-built MIME) job. */
 export const isRawJob = <T extends object>(j: T): j is Extract<T, { raw: string }> => typeof (j as { raw?: unknown }).raw === 'string';
 
+/**
+ * A raw job as SMTP submission queues it: the octets of one DATA are stored once
+ * (mta_submission_bodies) and every recipient's job names them by `rawBody`, so 100
+ * recipients of 25 MB are not 100 copies in one transaction. The dispatcher reads the body
+ * back into `raw` before the pipeline runs; nothing past it sees this form. MTA-internal:
+ * no door accepts it.
+ */
+export type MtaStoredRawJob = Omit<MtaRawJob, 'raw'> & { rawBody: string };
+export const isStoredRawJob = <T extends object>(j: T): j is Extract<T, { rawBody: string }> => typeof (j as { rawBody?: unknown }).rawBody === 'string';
+
 /** `POST /send`'s 202 body (decisions.md). */
 export const MtaJobAcceptedSchema = Type.Object({
   data: Type.Object({ jobId: Type.String(), messageId: Type.String(), status: Type.Literal('queued') }),

@@ -45,6 +45,11 @@ export class PeerClient {
 
   /** POSTs `body` (already serialised JSON) to `url`. Rejects with PeerError when no response arrives. */
   postJson(url: string, body: string, headers: Record<string, string>, timeoutMs: number): Promise<PeerResponse> {
+    return this.request('POST', url, body, headers, timeoutMs);
+  }
+
+  /** Any method; `body` (serialised JSON) is sent when given. Rejects with PeerError when no response arrives. */
+  request(method: 'POST' | 'PUT' | 'DELETE' | 'GET', url: string, body: string | null, headers: Record<string, string>, timeoutMs: number): Promise<PeerResponse> {
     let u: URL;
     try {
       u = new URL(url);
@@ -53,7 +58,7 @@ export class PeerClient {
     }
     const secure = u.protocol === 'https:';
     if (!secure && u.protocol !== 'http:') return Promise.reject(new PeerError(`unsupported protocol ${u.protocol}`));
-    const data = Buffer.from(body);
+    const data = body === null ? null : Buffer.from(body);
     return new Promise<PeerResponse>((resolve, reject) => {
       let settled = false;
       const finish = (err: PeerError | null, res?: PeerResponse) => {
@@ -69,9 +74,9 @@ export class PeerClient {
           hostname: u.hostname.replace(/^\[|\]$/g, ''),
           port: u.port || (secure ? 443 : 80),
           path: `${u.pathname}${u.search}`,
-          method: 'POST',
+          method,
           agent: secure ? this.httpsAgent : this.httpAgent,
-          headers: { ...headers, 'content-type': 'application/json', 'content-length': data.length },
+          headers: data === null ? headers : { ...headers, 'content-type': 'application/json', 'content-length': data.length },
         },
         (res) => {
           const chunks: Buffer[] = [];
@@ -94,7 +99,8 @@ export class PeerClient {
         req.destroy();
       }, timeoutMs);
       req.on('error', (e: NodeJS.ErrnoException) => finish(new PeerError(e.message, e.code)));
-      req.end(data);
+      if (data === null) req.end();
+      else req.end(data);
     });
   }
 

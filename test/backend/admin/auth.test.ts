@@ -178,6 +178,10 @@ describe('dashboard accounts', () => {
     clock.advance(step);
     expect((await t.call('GET', '/admin/session')).status).toBe(401);
     admin = await login(b.url, 'root@acme.example', PW);
+    // A login sweeps the sessions nobody came back to: only live ones remain.
+    const left = (await b.app.db.pool.query(`SELECT last_seen_at FROM admin_sessions`)).rows as { last_seen_at: Date }[];
+    expect(left.length).toBeGreaterThan(0);
+    expect(left.every((r) => clock.now() - r.last_seen_at.getTime() < ADMIN_SESSION.idleTimeoutMs)).toBe(true);
   });
 
   it('login throttle: an account locks after its failures (429 + Retry-After), even for the right password', async () => {

@@ -1,7 +1,8 @@
 /** The route→area map and the role table as data, and the session cookie's attributes. */
 import { describe, expect, it } from 'vitest';
 import { areaOf, mayWrite } from '../../../src/backend/api/admin-auth.js';
-import { ADMIN_SESSION } from '../../../src/backend/admin/policy.js';
+import { ADMIN_SESSION, ROLES } from '../../../src/backend/admin/policy.js';
+import { SessionBody, User } from '../../../src/backend/admin/schemas.js';
 import { sessionCookie } from '../../../src/backend/admin/sessions.js';
 
 describe('admin areas and roles', () => {
@@ -33,5 +34,11 @@ describe('admin areas and roles', () => {
     expect(sessionCookie('tok', true)).toBe(`lm_session=tok; Max-Age=${ADMIN_SESSION.absoluteTimeoutMs / 1000}; HttpOnly; SameSite=Strict; Path=/; Secure`);
     expect(sessionCookie('tok', false)).not.toContain('Secure');
     expect(sessionCookie(null, true)).toBe('lm_session=; Max-Age=0; HttpOnly; SameSite=Strict; Path=/; Secure');
+  });
+
+  it('the response schemas spell the same roles as the policy', () => {
+    const consts = (u: { anyOf: { const: string }[] }) => u.anyOf.map((x) => x.const);
+    expect(consts(SessionBody.properties.data.properties.user.properties.role as never)).toEqual([...ROLES]);
+    expect(consts(User.properties.role as never)).toEqual([...ROLES]);
   });
 });

@@ -1,7 +1,7 @@
 /** POST /api/v1/events and POST /api/v1/transactional, with the MTA and SMTP relay providers. */
 import { simpleParser } from 'mailparser';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createHmac } from 'node:crypto';
+import { createHash, createHmac } from 'node:crypto';
 import type { EmittedEvent } from '../../../src/backend/events.js';
 import { ManualClock } from '../../../src/shared/clock.js';
 import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receiver.js';
@@ -139,7 +139,8 @@ describe('events and transactional', () => {
       expect(emailEvents()).toEqual([['email.sent', id]]);
       expect(emitted[0]!.data).toEqual({
         emailId: id,
-        messageId: null,
+        // The Message-ID the MTA writes (sha256 of organization and job id, at the DKIM domain), recorded for reply linking.
+        messageId: `<${createHash('sha256').update(`default\0${id}`).digest('base64url').slice(0, 26)}@acme.test>`,
         to: 'flow@example.com',
         from: 'hello@acme.test',
         subject: 'Your receipt',

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../../src/shared/clock.js';
 import { Queue } from '../../../src/shared/queue/queue.js';
@@ -122,7 +123,8 @@ describe('campaign to a topic of 1,000 members', () => {
     const m3 = jobs.find((j) => j.to === 'm3@list.example');
     expect(handed.find((e) => (e.data as { emailId: string }).emailId === m3.messageId)!.data).toEqual({
       emailId: m3.messageId,
-      messageId: null,
+      // The Message-ID the MTA writes (sha256 of organization and job id, at the DKIM domain), recorded for reply linking.
+      messageId: `<${createHash('sha256').update(`default\0${m3.messageId}`).digest('base64url').slice(0, 26)}@acme.example>`,
       to: 'm3@list.example',
       from: 'news@acme.example',
       subject: 'Spring sale is on',

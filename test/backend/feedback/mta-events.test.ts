@@ -232,6 +232,11 @@ describe('MTA operational events', () => {
         inReplyTo: '<campaign-1@lettermill.test>',
         receivedAt: new Date(app.clock.now()).toISOString(),
         preview: 'Thanks, great issue!',
+        // An event without the issue-18 fields (an older MTA): nothing kept beyond the parsed message.
+        links: { sendId: null, contactId: null, campaignId: null, linkedBy: null },
+        rawSize: null,
+        authentication: null,
+        attachmentCount: 0,
       },
     ]);
     const one = await admin('GET', `/admin/inbox/${list.body.data[0].id}`);

@@ -4,9 +4,14 @@
  * effect applied once, and the events posted to a loopback backend.
  */
 import nodemailer from 'nodemailer';
+import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ProvenanceStore } from '../../../src/mta/delivery/provenance.js';
 import { signToken } from '../../../src/mta/delivery/verp.js';
+import { outboxEvent, reportEventId } from '../../../src/mta/outbox/store.js';
+import { reportRecipients, type InboundTarget } from '../../../src/mta/inbound/recipients.js';
+import { FeedbackProcessor } from '../../../src/mta/inbound/reports.js';
+import { silentLogger } from '../../../src/shared/log.js';
 import { MTA_EVENT } from '../../../src/shared/contracts/mta.js';
 import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receiver.js';
 import { arfReport, dsnReport } from '../../harness/reports.js';
@@ -186,6 +191,146 @@ describe('reports arriving together share a transaction', () => {
     await t.mta.context.relay.settle();
     const mine = new Set([s.messageId, ...others.map((o) => o.messageId)]);
     expect(postedEvents(backend.requests).filter((e) => mine.has(e.data.messageId))).toHaveLength(11);
+  });
+});
+
+describe('one statement per batch of reports', () => {
+  const complaintRow = (key: string | null, recipient: string) => ({
+    dedupeKey: key,
+    kind: 'complaint',
+    outcome: key ? 'applied' : 'rejected:no_token',
+    source: key ? 'envelope' : null,
+    messageId: null,
+    organizationId: 'org-stmt',
+    recipient,
+    reason: 'feedback',
+    hard: null,
+    feedbackType: 'abuse',
+    spf: 'none',
+    dkim: 'none',
+    dmarc: 'none',
+    remoteIp: '127.0.0.1',
+  });
+  const complained = (key: string, recipient: string) =>
+    outboxEvent(MTA_EVENT.complained, { messageId: key, organizationId: 'org-stmt', campaignId: null, recipient, feedbackType: 'abuse', userAgent: null, source: 'envelope' }, t.clock.now(), reportEventId(key));
+
+  it('two reports about one address in one batch, and a replay in it: one suppression, its NOTIFY, no event for the replay', async () => {
+    const store = t.mta.context.stores.feedbackReports;
+    const address = `stmt${++seq}@receiver.test`;
+    const listener = new pg.Client({ connectionString: t.db.url });
+    await listener.connect();
+    const heard: string[] = [];
+    listener.on('notification', (n) => heard.push(n.payload ?? ''));
+    await listener.query('LISTEN mta_suppression');
+    try {
+      const old = `complaint:org-stmt:old-${seq}`;
+      await store.record({ row: complaintRow(old, address), events: [complained(old, address)] });
+      const [a, b, replay, rejected] = await Promise.all([
+        store.record({ row: complaintRow(`complaint:org-stmt:a-${seq}`, address), events: [complained(`complaint:org-stmt:a-${seq}`, address)], suppress: { address, reason: 'hard_bounce', source: 'first' } }),
+        store.record({ row: complaintRow(`complaint:org-stmt:b-${seq}`, address), events: [complained(`complaint:org-stmt:b-${seq}`, address)], suppress: { address, reason: 'complaint', source: 'second' } }),
+        store.record({ row: complaintRow(old, address), events: [complained(old, address)], suppress: { address: `replay${seq}@receiver.test`, reason: 'complaint', source: 'replay' } }),
+        store.record({ row: complaintRow(null, 'nobody@receiver.test'), events: [] }),
+      ]);
+      expect([a!.fresh, b!.fresh, replay!.fresh, rejected!.fresh]).toEqual([true, true, false, true]);
+      expect(a!.written.map((e) => e.id)).toEqual([reportEventId(`complaint:org-stmt:a-${seq}`)]);
+      expect(replay!.written).toEqual([]);
+      // The last of an address wins, as with addIn.
+      expect(await suppression(address)).toMatchObject({ suppressed: true, reason: 'complaint' });
+      expect((await suppression(`replay${seq}@receiver.test`)).suppressed).toBe(false);
+      await eventually(() => heard.includes(`+\n${address}`));
+      expect(heard.join('\n')).not.toContain(`replay${seq}@`);
+      expect(t.mta.context.stores.suppression.has(address)).toBe(true);
+    } finally {
+      await listener.end();
+    }
+  });
+
+  it('more suppressions than one notification holds are announced in several', async () => {
+    const store = t.mta.context.stores.feedbackReports;
+    const listener = new pg.Client({ connectionString: t.db.url });
+    await listener.connect();
+    const heard: string[] = [];
+    listener.on('notification', (n) => heard.push(n.payload ?? ''));
+    await listener.query('LISTEN mta_suppression');
+    try {
+      const n = ++seq;
+      const addresses = Array.from({ length: 60 }, (_, i) => `${'l'.repeat(200)}${i}.${n}@receiver.test`);
+      await Promise.all(addresses.map((a, i) => store.record({ row: complaintRow(`complaint:org-stmt:many-${n}-${i}`, a), events: [], suppress: { address: a, reason: 'complaint', source: 'many' } })));
+      const announced = () => heard.flatMap((p) => p.split('\n').slice(1)).filter((a) => a.endsWith(`.${n}@receiver.test`));
+      await eventually(() => announced().length >= addresses.length);
+      expect(announced().sort()).toEqual([...addresses].sort());
+      expect(heard.length).toBeGreaterThan(1);
+      for (const p of heard) expect(Buffer.byteLength(p)).toBeLessThan(8000);
+    } finally {
+      await listener.end();
+    }
+  });
+});
+
+describe('provenance lookups made together', () => {
+  it('share one query and each gets its own answer (unknown and expired: null)', async () => {
+    const [a, b] = [await sent('org-look'), await sent('org-look')];
+    const old = `fb-old-${++seq}`;
+    const writer = new ProvenanceStore(t.db.pool, t.clock);
+    await writer.record({ messageId: old, organizationId: 'org-look', campaignId: null, recipient: 'old@receiver.test', domain: 'receiver.test', ip: null, sentAt: t.clock.now() - 17 * 86_400_000 });
+    await writer.close();
+    let queries = 0;
+    const counted = new Proxy(t.db.pool, { get: (target, k) => (k === 'query' ? (...args: unknown[]) => (queries++, (target.query as (...x: unknown[]) => unknown)(...args)) : Reflect.get(target, k)) });
+    const store = new ProvenanceStore(counted, t.clock);
+    const got = await Promise.all([a.messageId, 'fb-unknown', b.messageId, old, a.messageId].map((id) => store.lookup(id)));
+    expect(queries).toBe(1);
+    expect(got.map((p) => p?.recipient ?? null)).toEqual([a.recipient, null, b.recipient, null, a.recipient]);
+    expect(got[0]).toMatchObject({ messageId: a.messageId, organizationId: 'org-look', campaignId: 'camp-1', domain: 'receiver.test', ip: '127.0.0.2' });
+  });
+});
+
+describe('the provenance lookup started at RCPT', () => {
+  function processor(maxEntries: number) {
+    const c = t.mta.context;
+    const store = new ProvenanceStore(t.db.pool, t.clock);
+    const asked: string[] = [];
+    const provenance = { lookup: (id: string) => (asked.push(id), store.lookup(id)) };
+    const fp = new FeedbackProcessor({
+      key: KEY,
+      hosts: () => new Set([HOST]),
+      provenance,
+      reports: c.stores.feedbackReports,
+      events: c.relay,
+      breaker: c.state.breaker,
+      intel: c.state.intel,
+      throttle: c.state.throttle,
+      profiles: c.stores.profiles,
+      authenticate: async () => ({ spf: 'none', dkim: 'none', dmarc: 'none' }),
+      metrics: null,
+      clock: t.clock,
+      log: silentLogger,
+      prefetch: { maxEntries, maxAgeMs: 60_000 },
+    });
+    return { fp, asked };
+  }
+  const target = (address: string) => reportRecipients(() => new Set([HOST]))(address) as InboundTarget;
+  const message = (to: string, raw: string) => ({ raw: Buffer.from(raw), targets: [target(to)], mailFrom: '', remoteIp: '127.0.0.1', helo: 'mx.provider.test', mailArgs: {} });
+
+  it('is the lookup the report uses: one per report; a forged token starts none', async () => {
+    const { fp, asked } = processor(10);
+    const s = await sent('org-early');
+    fp.prefetch(target(s.bounce));
+    fp.prefetch(target(`bounce+forged@${HOST}`));
+    expect(asked).toEqual([s.messageId]);
+    const out = await fp.process(message(s.bounce, dsnReport({ recipient: s.recipient, status: '5.1.1', diagnostic: '550 5.1.1 User unknown' })));
+    expect(out).toMatchObject({ outcome: 'applied', source: 'envelope', messageId: s.messageId });
+    expect(asked).toEqual([s.messageId]);
+    expect(await suppression(s.recipient)).toMatchObject({ suppressed: true, reason: 'hard_bounce' });
+  });
+
+  it('keeps at most maxEntries unclaimed (sessions that never sent DATA); an evicted one is looked up again', async () => {
+    const { fp, asked } = processor(2);
+    const [a, b, c] = [await sent('org-early'), await sent('org-early'), await sent('org-early')];
+    for (const x of [a, b, c]) fp.prefetch(target(x.bounce));
+    const out = await fp.process(message(a.bounce, dsnReport({ recipient: a.recipient, status: '5.1.1', diagnostic: '550 5.1.1 User unknown' })));
+    expect(out).toMatchObject({ outcome: 'applied', messageId: a.messageId });
+    // a was evicted when c arrived: its report asked again.
+    expect(asked).toEqual([a.messageId, b.messageId, c.messageId, a.messageId]);
   });
 });
 

@@ -160,10 +160,89 @@ describe('message rules', () => {
       expect(j.payload.ipPool).toBe('transactional');
       expect(j.payload.dkimDomain).toBe('sender.test');
       expect(j.payload.subject).toBeUndefined();
-      const raw = Buffer.from(j.payload.raw, 'base64').toString('latin1');
-      expect(raw).not.toMatch(/^Bcc:/im);
-      expect(raw).not.toContain('secret@dest.test');
-      expect(raw).toContain('Cc: c@dest.test\r\n');
+      // The octets are not in the job: it names the one body stored for this DATA.
+      expect(j.payload.raw).toBeUndefined();
+    }
+    expect(new Set(queued.map((j) => j.payload.rawBody)).size).toBe(1);
+    const body = await t.db.pool.query<{ raw: Buffer; job_ids: string[] }>('SELECT raw, job_ids::text[] AS job_ids FROM mta_submission_bodies WHERE id = $1', [queued[0]!.payload.rawBody]);
+    expect(body.rows).toHaveLength(1);
+    expect([...body.rows[0]!.job_ids].sort()).toEqual([...ids].sort());
+    const raw = body.rows[0]!.raw.toString('latin1');
+    expect(raw).not.toMatch(/^Bcc:/im);
+    expect(raw).not.toContain('secret@dest.test');
+    expect(raw).toContain('Cc: c@dest.test\r\n');
+    expect(raw).toContain('Subject:');
+  });
+
+  it('the dispatcher reads the stored body back; it is deleted once no pending or active job reads it, not before', async () => {
+    // Every delivery deferred meanwhile: the jobs go back to pending (retry by backoff).
+    const fallback = t.deliverer.fallback;
+    t.deliverer.fallback = { status: 'deferred', code: 451, response: '451 try later', connectionFailure: false };
+    try {
+      const content = message();
+      const r = await swaks([...authed(), '--from', 'app@sender.test', '--to', 'keep1@dest.test,keep2@dest.test', '--data', file(content), '--pipeline']);
+      const ids = queuedIds(r.out);
+      expect(ids).toHaveLength(2);
+      const bodyId = (await jobs()).find((j) => j.id === ids[0])!.payload.rawBody as string;
+      const state = async (id: string) => (await t.mta.context.queue.get(id))!.state;
+      const deadline = Date.now() + 20_000;
+      for (;;) {
+        const tried = t.deliverer.calls.filter((c) => c.message.to === 'keep1@dest.test' || c.message.to === 'keep2@dest.test');
+        if (tried.length >= 2 && (await state(ids[0]!)) === 'pending' && (await state(ids[1]!)) === 'pending') break;
+        if (Date.now() > deadline) throw new Error('the two jobs were not attempted');
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      // What reached the deliverer is the stored octets (the DATA swaks sent), for both jobs.
+      const stored = (await t.db.pool.query<{ raw: Buffer }>('SELECT raw FROM mta_submission_bodies WHERE id = $1', [bodyId])).rows[0]!.raw;
+      expect(stored.toString('latin1').startsWith(content)).toBe(true);
+      const delivered = t.deliverer.calls.filter((x) => x.message.to.startsWith('keep'));
+      expect(delivered.length).toBeGreaterThanOrEqual(2);
+      for (const c of delivered) expect(Buffer.from(c.message.raw!, 'base64').equals(stored)).toBe(true);
+      const { SubmissionBodies } = await import('../../../src/mta/submission/bodies.js');
+      const bodies = new SubmissionBodies(t.db.pool);
+      const exists = async () => (await t.db.pool.query('SELECT 1 FROM mta_submission_bodies WHERE id = $1', [bodyId])).rowCount === 1;
+      await bodies.purge();
+      expect(await exists()).toBe(true);
+      // One job finished (cancelled), one still pending: the body stays.
+      expect(await t.mta.context.queue.cancel(ids[0]!)).toBe(true);
+      await bodies.purge();
+      expect(await exists()).toBe(true);
+      expect(await t.mta.context.queue.cancel(ids[1]!)).toBe(true);
+      expect(await bodies.purge()).toBeGreaterThan(0);
+      expect(await exists()).toBe(false);
+    } finally {
+      t.deliverer.fallback = fallback;
+    }
+  });
+
+  it('a job whose stored body is gone fails with a clear error instead of sending anything', async () => {
+    const fallback = t.deliverer.fallback;
+    t.deliverer.fallback = { status: 'deferred', code: 451, response: '451 try later', connectionFailure: false };
+    try {
+      const r = await swaks([...authed(), '--from', 'app@sender.test', '--to', 'lost@dest.test', '--data', file(message()), '--pipeline']);
+      const [id] = queuedIds(r.out);
+      const bodyId = (await jobs()).find((j) => j.id === id)!.payload.rawBody as string;
+      const deadline = Date.now() + 20_000;
+      while ((await t.mta.context.queue.get(id!))!.attempts < 1 || (await t.mta.context.queue.get(id!))!.state !== 'pending') {
+        if (Date.now() > deadline) throw new Error('the job was not attempted');
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      const lost = () => t.deliverer.calls.filter((c) => c.message.to === 'lost@dest.test').length;
+      const calls = lost();
+      await t.db.pool.query('DELETE FROM mta_submission_bodies WHERE id = $1', [bodyId]);
+      t.clock.advance(24 * 3_600_000); // its retry is due
+      const until = Date.now() + 20_000;
+      let job = await t.mta.context.queue.get(id!);
+      while (job!.state === 'pending' || job!.state === 'active') {
+        if (Date.now() > until) throw new Error(`the job stayed ${job!.state}`);
+        await new Promise((res) => setTimeout(res, 50));
+        job = await t.mta.context.queue.get(id!);
+      }
+      expect(job!.state).toBe('failed');
+      expect(job!.lastError).toMatch(/body .* is missing/);
+      expect(lost()).toBe(calls);
+    } finally {
+      t.deliverer.fallback = fallback;
     }
   });
 
@@ -265,7 +344,8 @@ describe('idempotency', () => {
     const count = async () => Number((await t.db.pool.query('SELECT count(*) FROM mta_submission_receipts')).rows[0].count);
     expect(await count()).toBeGreaterThan(0);
     const { SubmissionIntake } = await import('../../../src/mta/submission/intake.js');
-    const intake = new SubmissionIntake(t.db.pool, t.mta.context.queue, t.clock, DEFAULT_POLICY);
+    const { SubmissionBodies } = await import('../../../src/mta/submission/bodies.js');
+    const intake = new SubmissionIntake(t.db.pool, t.mta.context.queue, new SubmissionBodies(t.db.pool), t.clock, DEFAULT_POLICY);
     expect(await intake.purge()).toBe(0);
     t.clock.advance(4 * 86_400_000 + 1);
     expect(await intake.purge()).toBeGreaterThan(0);

@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseReport } from '../../../src/shared/mail/bounce/parse.js';
@@ -135,4 +135,70 @@ describe('parseReport never throws (property)', async () => {
       { seed: 20261125, numRuns: 300 },
     );
   }, 60_000);
+});
+
+describe('the light MIME pass (flat multipart/report) against mailparser reading everything', () => {
+  const all = (d: string): string[] =>
+    readdirSync(d, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? all(join(d, e.name)) : e.name.endsWith('.eml') ? [join(d, e.name)] : []));
+
+  it('the same report from every fixture, in LF, CRLF and bare CR', async () => {
+    const files = all(dir);
+    expect(files.length).toBeGreaterThan(25);
+    for (const f of files) {
+      const lf = readFileSync(f, 'latin1').replace(/\r\n?/g, '\n');
+      for (const eol of ['\n', '\r\n', '\r']) {
+        const raw = Buffer.from(lf.replace(/\n/g, eol), 'latin1');
+        expect(await parseReport(raw), `${f} ${JSON.stringify(eol)}`).toEqual(await parseReport(raw, { thorough: true }));
+      }
+    }
+  });
+
+  it('decodes base64 and quoted-printable parts and the notification’s charset', async () => {
+    const status = Buffer.from(['Reporting-MTA: dns; mx.firma.example', '', 'Final-Recipient: rfc822; kunde@firma.example', 'Action: failed', 'Status: 5.1.1', ''].join('\r\n')).toString('base64');
+    const report = (charset: string, text: Buffer) =>
+      [
+        'From: MAILER-DAEMON@mx.firma.example',
+        'To: bounce@sender.test',
+        'Subject: Unzustellbar',
+        'MIME-Version: 1.0',
+        'Content-Type: multipart/report; report-type=delivery-status;',
+        '\tboundary="=_b 1"',
+        '',
+        '--=_b 1',
+        `Content-Type: text/plain; charset="${charset}"`,
+        'Content-Transfer-Encoding: quoted-printable',
+        '',
+        [...text].map((b) => (b >= 0x80 || b === 0x3d ? `=${b.toString(16).toUpperCase().padStart(2, '0')}` : String.fromCharCode(b))).join(''),
+        '',
+        '--=_b 1',
+        'Content-Type: message/delivery-status',
+        'Content-Transfer-Encoding: base64',
+        '',
+        status.replace(/(.{76})/g, '$1\r\n'),
+        '',
+        '--=_b 1',
+        'Content-Type: text/rfc822-headers',
+        '',
+        'Message-ID: <orig-1@sender.test>',
+        'From: news@sender.test',
+        '',
+        '--=_b 1--',
+        '',
+      ].join('\r\n');
+    // No Diagnostic-Code: the recipient's words come from the decoded notification.
+    const latin1 = Buffer.from('Ihre Nachricht an\r\n\r\n  kunde@firma.example\r\n    550 5.1.1 Empfänger unbekannt (Benutzer gelöscht)\r\n', 'latin1');
+    const koi8 = Buffer.from([...'  kunde@firma.example\r\n    550 5.1.1 '].map((c) => c.charCodeAt(0)).concat([0xd0, 0xcf, 0xcc, 0xd8, 0xda, 0xcf, 0xd7, 0xc1, 0xd4, 0xc5, 0xcc, 0xd8, 0x0d, 0x0a]));
+    for (const [charset, text, words] of [
+      ['iso-8859-1', latin1, 'Empfänger unbekannt (Benutzer gelöscht)'],
+      ['koi8-r', koi8, 'пользователь'],
+    ] as const) {
+      const raw = report(charset, text);
+      const r = await parseReport(raw);
+      expect(r).toEqual(await parseReport(raw, { thorough: true }));
+      expect(r.kind).toBe('dsn');
+      expect(r.originalMessageId).toBe('orig-1@sender.test');
+      expect(r.recipients[0]).toMatchObject({ recipient: 'kunde@firma.example', status: '5.1.1', replyCode: 550, reason: 'userunknown', hardBounce: true });
+      expect(r.recipients[0]!.diagnostic).toContain(words);
+    }
+  });
 });

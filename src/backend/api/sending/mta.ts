@@ -7,6 +7,7 @@ import type { EmailProvider, OutboundMessage, ProviderResult } from './types.js'
 import { PeerClient } from '../../../shared/net/peer.js';
 import type { MtaBuiltJob as MtaJob, MtaJobAccepted } from '../../../shared/contracts/mta.js';
 import { callProviderApi, type Post } from './http-call.js';
+import { stableMessageId } from '../../../shared/mail/message-id.js';
 
 /** Keep-alive sockets to the MTA, shared by every provider instance of this process. */
 const peer = new PeerClient();
@@ -47,7 +48,8 @@ export class MtaProvider implements EmailProvider {
       reason: (a) => (typeof a.json?.error?.message === 'string' ? a.json.error.message : undefined),
     });
     const data = (answer.json as Partial<MtaJobAccepted> | null)?.data;
-    return { providerMessageId: typeof data?.messageId === 'string' ? data.messageId : m.id, messageId: null };
+    // The MTA writes this Message-ID (the same function): recorded, replies find the send by it.
+    return { providerMessageId: typeof data?.messageId === 'string' ? data.messageId : m.id, messageId: stableMessageId(this.o.organizationId, m.id, m.dkimDomain) };
   }
 }
 

@@ -53,6 +53,12 @@ function smtpReply(code: number | null, text: string | null): string | null {
   return code !== null && !/^\d{3}\b/.test(text) ? `${code} ${text}` : text;
 }
 
+/** Strict base64 (what Buffer#toString('base64') writes): anything else is refused, never half-decoded. */
+export function decodeBase64(s: string, what: string): Buffer {
+  if (s.length % 4 !== 0 || !/^[A-Za-z0-9+/]*={0,2}$/.test(s)) throw new FeedbackFormatError(`${what} must be base64`);
+  return Buffer.from(s, 'base64');
+}
+
 /**
  * One event object, or an array of them (the MTA's relay batches; src/mta/outbox/relay.ts).
  * Each is validated against the contract (src/shared/contracts/mta.ts). A malformed element
@@ -145,6 +151,11 @@ function translateMtaEvent(parsed: unknown, nowMs: number): Translation {
           inReplyTo: d.inReplyTo,
           references: d.references,
           receivedAt: timeMs(d.receivedAt, occurredAt),
+          route: d.route ?? null,
+          attachments: d.attachments ?? [],
+          authentication: d.authentication ?? null,
+          rawSize: d.rawSize ?? null,
+          raw: d.raw === undefined ? null : decodeBase64(d.raw, 'data.raw'),
           extra,
         },
       };

@@ -23,6 +23,8 @@ import { m064 } from './064_provider_routes.js';
 import { m065 } from './065_transport_security.js';
 import { m066 } from './066_submission_receipts.js';
 import { m067 } from './067_app_passwords.js';
+import { m069 } from './069_inbox_mailboxes.js';
+import { m070 } from './070_submission_bodies.js';
 import { m072 } from './072_admin_users.js';
 import { m073 } from './073_dashboard_records.js';
 
@@ -31,4 +33,4 @@ import { m073 } from './073_dashboard_records.js';
  * numbered by area (docs/architecture.md, "The store"); a new one takes the next number above
  * the highest, whatever its area. Functions go in ../functions/, never here.
  */
-export const MIGRATIONS: Migration[] = [m001, m002, m003, m004, m005, m006, m007, m010, m011, m020, m021, m022, m023, m030, m040, m050, m060, m061, m062, m063, m064, m065, m066, m067, m072, m073];
+export const MIGRATIONS: Migration[] = [m001, m002, m003, m004, m005, m006, m007, m010, m011, m020, m021, m022, m023, m030, m040, m050, m060, m061, m062, m063, m064, m065, m066, m067, m069, m070, m072, m073];
