@@ -115,6 +115,8 @@ describe.skipIf(!haveChromium)('campaign record and retry in the dashboard', () 
     }
     expect(bounced.map((r) => r[0]).sort()).toEqual([0, 1, 2, 3, 4].map(addr));
     for (const [email, , reason] of bounced) expect(reason, email!).toMatch(kind(Number(/m(\d+)/.exec(email!)![1])) === 'spam' ? /^soft bounce/ : /^hard bounce: userunknown/);
+    await page.getByRole('heading', { name: 'Opens and clicks' }).waitFor();
+    await page.getByText(`of ${N} sent.`).waitFor();
     await rowsOf('');
     await page.screenshot({ path: 'docs/screenshots/campaign-record.png', fullPage: true });
     for (let i = 0; i < N; i++) expect(accepted(addr(i)), addr(i)).toBe(kind(i) === 'ok' ? 1 : 0);

@@ -165,6 +165,42 @@ export function dashboardRoutes(app: HttpApp, d: DashboardRouteDeps): void {
     );
   });
 
+  /**
+   * A campaign's engagement: opens and clicks (human, first per message) over its sends, and
+   * clicks per link (human clicks, distinct recipients; machine clicks counted apart).
+   */
+  app.get('/admin/dashboard/campaigns/:id/engagement', { ...admin, schema: { params: IdParams } }, async (req) => {
+    const { id } = req.params as Static<typeof IdParams>;
+    const [totals, links] = await Promise.all([
+      d.db.query<{ sends: number; opened: number; clicked: number }>(
+        `SELECT (SELECT count(*)::int FROM email_sends WHERE campaign_id = $1) AS sends,
+                count(*) FILTER (WHERE first_human_open_at IS NOT NULL)::int AS opened,
+                count(*) FILTER (WHERE first_human_click_at IS NOT NULL)::int AS clicked
+           FROM email_engagement WHERE campaign_id = $1`,
+        [id],
+      ),
+      d.db.query<{ url: string; clicks: number; recipients: number; machine: number }>(
+        `SELECT c.url, count(*) FILTER (WHERE NOT c.machine)::int AS clicks,
+                count(DISTINCT c.email_send_id) FILTER (WHERE NOT c.machine)::int AS recipients,
+                count(*) FILTER (WHERE c.machine)::int AS machine
+           FROM email_clicks c JOIN email_sends s ON s.id = c.email_send_id
+          WHERE s.campaign_id = $1 GROUP BY c.url ORDER BY 2 DESC, 1 LIMIT $2`,
+        [id, DASHBOARD_LIMITS.maxPage],
+      ),
+    ]);
+    const t = totals.rows[0]!;
+    return {
+      data: {
+        sends: t.sends,
+        opened: t.opened,
+        clicked: t.clicked,
+        openRate: t.sends ? t.opened / t.sends : 0,
+        clickRate: t.sends ? t.clicked / t.sends : 0,
+        links: links.rows,
+      },
+    };
+  });
+
   /** The transactional log: newest first, by exact recipient or Message-ID. */
   app.get('/admin/dashboard/sends', { ...admin, schema: { querystring: SendsQuery } }, async (req) => {
     const q = req.query as Static<typeof SendsQuery>;

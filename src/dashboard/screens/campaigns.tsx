@@ -208,6 +208,7 @@ function CampaignDetail({ id }: { id: string }) {
                 .join(', ') || 'nothing yet'}
             </p>
           ) : null}
+          {d.status !== 'draft' ? <Engagement id={id} version={done} /> : null}
           {d.status !== 'draft' ? <RecipientRecord id={id} canWrite={canWrite} /> : null}
         </>
       ) : null}
@@ -282,6 +283,67 @@ function RecipientRecord({ id, canWrite }: { id: string; canWrite: boolean }) {
         </table>
       </div>
       <Pager p={p} label="Recipients" />
+    </section>
+  );
+}
+
+interface EngagementData {
+  sends: number;
+  opened: number;
+  clicked: number;
+  openRate: number;
+  clickRate: number;
+  links: { url: string; clicks: number; recipients: number; machine: number }[];
+}
+
+const pct = (v: number) => `${(v * 100).toFixed(1)} %`;
+
+/** Open and click rates, and clicks per link (human clicks; machine clicks shown apart). */
+/** `version` changes as sending progresses, so the figures follow it. */
+function Engagement({ id, version }: { id: string; version: number }) {
+  const e = useLoad(() => api<{ data: EngagementData }>('GET', `/admin/dashboard/campaigns/${id}/engagement`), [id, version]);
+  const d = e.data?.data;
+  return (
+    <section aria-labelledby="eng-title">
+      <h2 id="eng-title">Opens and clicks</h2>
+      <ErrorBox error={e.error} />
+      {d ? (
+        <>
+          <p>
+            Opened by {d.opened.toLocaleString('en')} ({pct(d.openRate)}), clicked by {d.clicked.toLocaleString('en')} ({pct(d.clickRate)}) of{' '}
+            {d.sends.toLocaleString('en')} sent.
+          </p>
+          {d.links.length ? (
+            <div class="table-wrap">
+              <table>
+                <caption class="sr-only">Clicks per link</caption>
+                <thead>
+                  <tr>
+                    <th scope="col">Link</th>
+                    <th scope="col">Clicks</th>
+                    <th scope="col">Recipients</th>
+                    <th scope="col">Machine clicks</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {d.links.map((l) => (
+                    <tr key={l.url}>
+                      <td>
+                        <code class="wrap">{l.url}</code>
+                      </td>
+                      <td>{l.clicks}</td>
+                      <td>{l.recipients}</td>
+                      <td>{l.machine}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          ) : (
+            <Notice>No clicks yet.</Notice>
+          )}
+        </>
+      ) : null}
     </section>
   );
 }

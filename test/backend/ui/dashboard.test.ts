@@ -165,6 +165,34 @@ describe('dashboard serving and routes', () => {
     expect(act.body.data.map((a: any) => a.type)).toEqual(['opened']);
   });
 
+  it('campaign engagement: open and click rates, clicks per link (machine clicks apart)', async () => {
+    const at = new Date();
+    for (const id of ['es_c1', 'es_c2', 'es_c3', 'es_c4']) {
+      await b.app.db.pool.query(
+        `INSERT INTO email_sends (id, type, campaign_id, to_email, from_email, subject, provider, status, created_at, updated_at)
+         VALUES ($1, 'campaign', 'cmp_x', $1 || '@example.com', 'a@acme.example', 'Hi', 'mta', 'delivered', $2, $2)`,
+        [id, at],
+      );
+    }
+    await b.app.db.pool.query(
+      `INSERT INTO email_engagement (email_send_id, campaign_id, sent_at, opens, first_human_open_at, clicks, first_human_click_at)
+       VALUES ('es_c1', 'cmp_x', $1, 1, $1, 2, $1), ('es_c2', 'cmp_x', $1, 1, $1, 0, NULL)`,
+      [at],
+    );
+    await b.app.db.pool.query(
+      `INSERT INTO email_clicks (email_send_id, url, clicked_at, machine) VALUES
+         ('es_c1', 'https://shop.example/a', $1, false), ('es_c1', 'https://shop.example/a', $1, false),
+         ('es_c2', 'https://shop.example/b', $1, true), ('es_c3', 'https://shop.example/a', $1, false)`,
+      [at],
+    );
+    const r = await call(b.url, 'GET', '/admin/dashboard/campaigns/cmp_x/engagement', { admin: true });
+    expect(r.body.data).toMatchObject({ sends: 4, opened: 2, clicked: 1, openRate: 0.5, clickRate: 0.25 });
+    expect(r.body.data.links).toEqual([
+      { url: 'https://shop.example/a', clicks: 3, recipients: 2, machine: 0 },
+      { url: 'https://shop.example/b', clicks: 0, recipients: 0, machine: 1 },
+    ]);
+  });
+
   it('settings and the MTA proxy: allow-listed routes only, 503 without an MTA', async () => {
     const s = await call(b.url, 'GET', '/admin/dashboard/settings', { admin: true });
     expect(s.body.data).toMatchObject({ organizationName: 'Acme Newsletters', baseUrl: b.url });
