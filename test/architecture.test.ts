@@ -1,10 +1,11 @@
 /**
- * The layout's rules, checked: dependencies point runtime → backend | mta → shared; the
+ * The layout's rules, checked: dependencies point runtime → backend | mta → shared, and the
+ * dashboard (src/dashboard, the browser app) imports no server code at run time; the
  * backend and the MTA never import each other (they talk over HTTP); no runtime import cycles;
  * each database function has one source, its file in db/functions;
  * one address grammar; configuration read as values, never written after it is prepared.
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
@@ -14,7 +15,7 @@ const SRC = join(ROOT, 'src');
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir).flatMap((f) => {
     const p = join(dir, f);
-    return statSync(p).isDirectory() ? sourceFiles(p) : p.endsWith('.ts') ? [p] : [];
+    return statSync(p).isDirectory() ? sourceFiles(p) : /\.tsx?$/.test(p) ? [p] : [];
   });
 }
 
@@ -22,7 +23,7 @@ function sourceFiles(dir: string): string[] {
 function runtimeImports(file: string): string[] {
   const text = readFileSync(file, 'utf8');
   return [...text.matchAll(/^(?:import|export)\s+(?!type\b)[^'";]*?from\s+'(\.[^']+)'/gm)].map((m) =>
-    resolve(dirname(file), m[1]!.replace(/\.js$/, '.ts')),
+    resolve(dirname(file), m[1]!.replace(/\.js$/, existsSync(resolve(dirname(file), m[1]!.replace(/\.js$/, '.tsx'))) ? '.tsx' : '.ts')),
   );
 }
 
@@ -37,6 +38,8 @@ describe('architecture', () => {
       backend: ['backend', 'shared'],
       mta: ['mta', 'shared'],
       runtime: ['runtime', 'backend', 'mta', 'shared'],
+      // The browser app: talks to the server over HTTP only; type imports are fine.
+      dashboard: ['dashboard'],
       'cli.ts': ['runtime', 'shared'],
     };
     const violations: string[] = [];

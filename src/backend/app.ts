@@ -11,6 +11,7 @@ import { registerApi, registerOpenApi } from './api/index.js';
 import { registerAdmin } from './admin/index.js';
 import { providerSettings } from './api/sending/provider.js';
 import { ProviderRouter } from './api/sending/router.js';
+import { registerDashboard } from './ui/index.js';
 
 /**
  * The backend's peer, given when it is built: it is read while answering requests (a send
@@ -42,6 +43,7 @@ export async function createBackend(s: Services, peers: BackendPeers): Promise<B
   const publicArea = await registerPublic(app, s, providers, events);
   const campaigns = await registerCampaigns(app, s, publicArea, providers, events);
   const api = await registerApi(app, s, providers, events);
+  await registerDashboard(app, s, providers, events, peers.mtaUrl);
   await app.ready();
   return {
     app,
