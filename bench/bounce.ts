@@ -23,12 +23,12 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { simpleParser } from 'mailparser';
 import nodemailer from 'nodemailer';
-import { SMTPServer } from 'smtp-server';
 import { ProvenanceStore } from '../src/mta/delivery/provenance.js';
 import { signToken } from '../src/mta/delivery/verp.js';
 import { startLettermill } from '../src/runtime/boot.js';
 import { parseReport } from '../src/shared/mail/bounce/parse.js';
 import { systemClock } from '../src/shared/clock.js';
+import { startBareSmtp } from './smtp-load.js';
 
 const N = Number(process.env.BENCH_REPORTS ?? 2_000);
 const CONNECTIONS = 8;
@@ -191,22 +191,7 @@ async function main(): Promise<void> {
       MTA_WEBHOOK_SECRET: 'bench-secret',
     },
   });
-  const bare = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['AUTH'],
-    hideSTARTTLS: true,
-    size: 25 * 1024 * 1024,
-    logger: false,
-    onData(stream, _s, cb) {
-      const chunks: Buffer[] = [];
-      stream.on('data', (c: Buffer) => chunks.push(c));
-      stream.on('end', () => {
-        Buffer.concat(chunks);
-        cb();
-      });
-    },
-  });
-  await new Promise<void>((r) => bare.listen(0, '127.0.0.1', () => r()));
+  const bare = await startBareSmtp();
   try {
     const prov = new ProvenanceStore(running.services.db, systemClock);
     const messages = corpus(WARM + N);
@@ -218,7 +203,7 @@ async function main(): Promise<void> {
     console.log(`bench:bounce — ${fmt(N)} hard-bounce DSNs of ${fmt(avg / 1024, 1)} KB, ${CONNECTIONS} SMTP connections, client in its own process`);
 
     // Both servers warm up (JIT, connections) on the first WARM messages, then take the other N.
-    const barePort = (bare.server.address() as { port: number }).port;
+    const barePort = bare.port;
     const inboundPort = running.mta!.inbound.port!;
     await sender.push(barePort, 0, WARM);
     await sender.push(inboundPort, 0, WARM);
@@ -264,7 +249,7 @@ async function main(): Promise<void> {
     console.log(`  simpleParser alone        ${fmt(mpRate)} msg/s   ratio ×${fmt(parseRate / mpRate, 2)}`);
   } finally {
     sender.close();
-    await new Promise<void>((r) => bare.close(() => r()));
+    await bare.close();
     await running.stop();
     rmSync(dataDir, { recursive: true, force: true });
   }

@@ -1,7 +1,7 @@
 /**
- * bench:inbound's load pieces: a pooled nodemailer client pushing messages, and the bare
- * smtp-server baseline that reads each message and answers 250 (the same measurement
- * bench:bounce started with; it now runs its client in a child process of its own).
+ * Load pieces of the inbound benches: a pooled nodemailer client pushing messages
+ * (bench:inbound; bench:bounce runs its own client in a child process), and the bare
+ * smtp-server baseline that reads each message and answers 250 (both benches).
  */
 import nodemailer from 'nodemailer';
 import { SMTPServer } from 'smtp-server';

@@ -181,18 +181,21 @@ export class Fanout {
     return queued;
   }
 
+  private async loadCampaign(id: string): Promise<CampaignRow | undefined> {
+    const r = await this.d.db.query<CampaignRow>(
+      `SELECT c.id, c.subject, c.html, c.text_body, c.from_mailbox, c.topic_id, t.name AS topic_name, c.status, c.archive_token,
+              c.cursor_contact, c.send_started_at
+         FROM campaigns c JOIN topics t ON t.id = c.topic_id WHERE c.id = $1`,
+      [id],
+    );
+    return r.rows[0];
+  }
+
   /** One slice of a campaign's fan-out (or of a retry). */
   async run(job: Job<FanoutJob>): Promise<JobOutcome> {
     if (job.payload.retry) return this.runRetry(job);
     const deadline = performance.now() + FANOUT.sliceMs;
-    const row = (
-      await this.d.db.query<CampaignRow>(
-        `SELECT c.id, c.subject, c.html, c.text_body, c.from_mailbox, c.topic_id, t.name AS topic_name, c.status, c.archive_token,
-                c.cursor_contact, c.send_started_at
-           FROM campaigns c JOIN topics t ON t.id = c.topic_id WHERE c.id = $1`,
-        [job.payload.campaignId],
-      )
-    ).rows[0];
+    const row = await this.loadCampaign(job.payload.campaignId);
     if (!row || row.status !== 'sending') {
       this.contexts.delete(job.payload.campaignId);
       return { type: 'complete' };
@@ -249,14 +252,7 @@ export class Fanout {
 
   /** Hands over a campaign's queued retry sends, in id order, batch by batch. */
   private async runRetry(job: Job<FanoutJob>): Promise<JobOutcome> {
-    const row = (
-      await this.d.db.query<CampaignRow>(
-        `SELECT c.id, c.subject, c.html, c.text_body, c.from_mailbox, c.topic_id, t.name AS topic_name, c.status, c.archive_token,
-                c.cursor_contact, c.send_started_at
-           FROM campaigns c JOIN topics t ON t.id = c.topic_id WHERE c.id = $1`,
-        [job.payload.campaignId],
-      )
-    ).rows[0];
+    const row = await this.loadCampaign(job.payload.campaignId);
     if (!row || !row.archive_token) return { type: 'complete' };
     let transport: CampaignTransport;
     try {

@@ -23,20 +23,27 @@ function dnsResolver(servers: readonly string[] | undefined): (name: string, rrt
   return (name, rrtype) => r.resolve(name, rrtype as 'TXT');
 }
 
-export function reportAuthenticator(o: { dnsServers: readonly string[] | undefined; name: string; enabled: boolean }): (msg: ReceivedMessage) => Promise<AuthResults> {
-  // Tests without a loopback resolver never ask the machine's resolvers (traffic stays on loopback).
-  if (!o.enabled) return async () => NONE;
-  const resolver = dnsResolver(o.dnsServers);
-  return async (msg) => {
-    const res = await authenticate(msg.raw, {
+/** mailauth over one resolver kept for the authenticator's life (a channel per query cost more than the query). */
+function authenticator(dnsServers: readonly string[] | undefined, name: string) {
+  const resolver = dnsResolver(dnsServers);
+  return (msg: ReceivedMessage) =>
+    authenticate(msg.raw, {
       ip: msg.remoteIp,
       helo: msg.helo || undefined,
       sender: msg.mailFrom || undefined,
-      mta: o.name,
+      mta: name,
       resolver: resolver as never,
       disableArc: true,
       disableBimi: true,
     });
+}
+
+export function reportAuthenticator(o: { dnsServers: readonly string[] | undefined; name: string; enabled: boolean }): (msg: ReceivedMessage) => Promise<AuthResults> {
+  // Tests without a loopback resolver never ask the machine's resolvers (traffic stays on loopback).
+  if (!o.enabled) return async () => NONE;
+  const run = authenticator(o.dnsServers, o.name);
+  return async (msg) => {
+    const res = await run(msg);
     return {
       spf: (res.spf && res.spf.status?.result) || 'none',
       dkim: res.dkim?.results?.[0]?.status?.result ?? 'none',
@@ -63,17 +70,9 @@ export function inboundAuthenticator(o: { dnsServers: readonly string[] | undefi
       return { header, spf: 'none', dkim: 'none', dmarc: 'none', dmarcPolicy: null, prepend: `Authentication-Results: ${header}\r\n` };
     };
   }
-  const resolver = dnsResolver(o.dnsServers);
+  const run = authenticator(o.dnsServers, o.name);
   return async (msg) => {
-    const res = await authenticate(msg.raw, {
-      ip: msg.remoteIp,
-      helo: msg.helo || undefined,
-      sender: msg.mailFrom || undefined,
-      mta: o.name,
-      resolver: resolver as never,
-      disableArc: true,
-      disableBimi: true,
-    });
+    const res = await run(msg);
     const prepend: string = res.headers ?? '';
     const ar = /(?:^|\r\n)Authentication-Results: ([\s\S]*?)(?=\r\n(?!\s)|$)/i.exec(prepend)?.[1] ?? `${o.name}; none`;
     const dmarc = res.dmarc || undefined;
