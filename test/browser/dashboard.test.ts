@@ -247,21 +247,22 @@ describe.skipIf(!haveChromium)('operator dashboard in a browser', () => {
     const page = await newPage();
     await login(page, 'vi@acme.test');
     await page.getByRole('link', { name: 'Contacts' }).click();
-    await page.getByText('Page 1 · 61 in all').waitFor();
+    await page.getByText('Page 1 · 61 in all', { exact: true }).waitFor();
+    // Exact text: while the next page loads, the pager reads "Loading… Page 2 · …" over the old rows.
     const firstPage = await page.locator('tbody tr td:first-child').allTextContents();
     expect(firstPage).toHaveLength(25);
     await page.getByRole('button', { name: 'Next' }).click();
-    await page.getByText('Page 2 · 61 in all').waitFor();
+    await page.getByText('Page 2 · 61 in all', { exact: true }).waitFor();
     const second = await page.locator('tbody tr td:first-child').allTextContents();
     expect(second).toHaveLength(25);
     expect(second.filter((e) => firstPage.includes(e))).toEqual([]);
     await page.getByRole('button', { name: 'Previous' }).click();
-    await page.getByText('Page 1 · 61 in all').waitFor();
+    await page.getByText('Page 1 · 61 in all', { exact: true }).waitFor();
     await axe(page, 'contacts');
     await shot(page, 'contacts');
     await page.getByLabel('Search contacts').fill('hopper');
     await page.getByRole('button', { name: 'Search' }).click();
-    await page.getByText('Page 1 · 1 in all').waitFor();
+    await page.getByText('Page 1 · 1 in all', { exact: true }).waitFor();
     await page.getByRole('link', { name: 'grace@hopper.test' }).click();
     await page.getByRole('heading', { name: 'grace@hopper.test' }).waitFor();
     await page.getByText('delivered').first().waitFor();
@@ -272,7 +273,7 @@ describe.skipIf(!haveChromium)('operator dashboard in a browser', () => {
     await login(phone, 'vi@acme.test');
     await phone.getByRole('button', { name: 'Menu' }).click();
     await phone.getByRole('link', { name: 'Contacts' }).click();
-    await phone.getByText('Page 1 · 61 in all').waitFor();
+    await phone.getByText('Page 1 · 61 in all', { exact: true }).waitFor();
     const width = await phone.evaluate(() => document.documentElement.scrollWidth);
     expect(width).toBeLessThanOrEqual(390); // nothing wider than the phone
     await axe(phone, 'contacts on a phone');
@@ -306,9 +307,9 @@ describe.skipIf(!haveChromium)('operator dashboard in a browser', () => {
     await page.getByRole('link', { name: 'reader4242@import.test' }).waitFor();
     await page.getByLabel('Search contacts').fill('import.test');
     await page.getByRole('button', { name: 'Search' }).click();
-    await page.getByText('Page 1 · 99,998 in all').waitFor();
+    await page.getByText('Page 1 · 99,998 in all', { exact: true }).waitFor();
     await page.getByRole('button', { name: 'Next' }).click();
-    await page.getByText('Page 2 · 99,998 in all').waitFor();
+    await page.getByText('Page 2 · 99,998 in all', { exact: true }).waitFor();
     rmSync(dir, { recursive: true, force: true });
   }, 180_000);
 

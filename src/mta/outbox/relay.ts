@@ -50,6 +50,7 @@ export class OutboxRelay implements MtaEvents {
   private readonly writes: Batcher<OutboxEvent, boolean>;
   private timer: NodeJS.Timeout | undefined;
   private polling: Promise<void> | null = null;
+  private pollAgain: Promise<void> | null = null;
   /** Where posts go, from start on (the MTA's peer option: role all learns it once the backend listens). */
   private target: { url: string; mailboxUrl: string; secret: string } | null = null;
   private started = false;
@@ -157,7 +158,15 @@ export class OutboxRelay implements MtaEvents {
   /** One look for due rows; resolves when their posts are done (tests call it directly). */
   poll(): Promise<void> {
     if (!this.target) return Promise.resolve(); // rows wait for a start with somewhere to post
-    this.polling ??= (async () => {
+    // Asked for while one runs: that one read the clock and the table earlier and may miss rows
+    // due since, so one more poll follows it (at most one waits; later askers share it).
+    if (this.polling) {
+      return (this.pollAgain ??= this.polling.then(() => {
+        this.pollAgain = null;
+        return this.stopped ? undefined : this.poll();
+      }));
+    }
+    this.polling = (async () => {
       try {
         for (;;) {
           const { maxItems, maxBytes, maxInFlight } = this.o.policy.posts;

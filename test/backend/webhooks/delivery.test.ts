@@ -178,7 +178,9 @@ describe('delivery', () => {
       expect(a.error).toBe('No complete response within 30000 ms');
     }
 
-    r.setResponder(() => ({ status: 204 }));
+    // The retry's answer is held a second: a fast worker could otherwise finish it before the
+    // second request below, which would then be a legitimate retry of a succeeded delivery.
+    r.setResponder(() => ({ status: 204, delayMs: 1_000 }));
     expect(await rig.service.retryDelivery(id)).toEqual({ id, status: 'pending' });
     await expect(rig.service.retryDelivery(id)).rejects.toMatchObject({ status: 409, reason: 'delivery_pending' });
     const [, , , fourth] = await r.waitFor(4);
