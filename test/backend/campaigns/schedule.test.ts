@@ -147,4 +147,17 @@ describe('scheduled campaigns on two backend instances sharing one database', ()
     const audit = (await db.pool.query(`SELECT method, route FROM admin_audit_log WHERE target_id = $1 ORDER BY created_at`, [id])).rows;
     expect(audit).toContainEqual({ method: 'POST', route: '/admin/campaigns/:id/schedule' });
   });
+
+  it("each instance's own timer starts a due campaign without being asked", async () => {
+    mta.reset();
+    const id = await draft('Timer');
+    const at = clock.now() + HOUR;
+    await call(base, 'POST', `/admin/campaigns/${id}/schedule`, { admin: true, json: { sendAt: iso(at) } });
+    clock.advance(HOUR);
+    await eventually(async () => (await get(id)).status === 'sent', SCHEDULE.sweepMs * 2 + 20_000);
+    expect((await get(id)).sendStartedAt).toBe(iso(at));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(new Set(mta.requests.map((r) => JSON.parse(r.rawBody.toString()).to)).size).toBe(MEMBERS);
+    expect(mta.requests).toHaveLength(MEMBERS);
+  }, 60_000);
 });
