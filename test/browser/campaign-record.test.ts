@@ -94,6 +94,23 @@ describe.skipIf(!haveChromium)('campaign record and retry in the dashboard', () 
     await page.getByLabel('Subject', { exact: true }).fill('Retry me');
     await page.getByLabel('HTML', { exact: true }).fill('<p>Hello</p>');
     await page.getByRole('button', { name: 'Save draft' }).click();
+    // Schedule for later, then cancel: errors in words, the scheduled time shown, back to a draft.
+    const sendAt = page.getByLabel('Send at (your local time)');
+    await page.getByRole('button', { name: 'Schedule', exact: true }).click();
+    await page.getByRole('alert').getByText('Choose a date and time').waitFor();
+    await sendAt.fill('2020-01-01T09:00');
+    await sendAt.press('Enter'); // keyboard: the control submits its form
+    await page.getByRole('alert').getByText('sendAt must be in the future').waitFor();
+    const later = new Date(Date.now() + 3 * 86_400_000);
+    later.setSeconds(0, 0);
+    const local = new Date(later.getTime() - later.getTimezoneOffset() * 60_000).toISOString().slice(0, 16);
+    await sendAt.fill(local);
+    await page.getByRole('button', { name: 'Schedule', exact: true }).click();
+    await page.getByText(`Scheduled for ${later.toLocaleString('en-GB', { timeZone: 'UTC' })} UTC.`).waitFor();
+    await page.locator('dd', { hasText: /^scheduled$/ }).waitFor();
+    await page.getByRole('button', { name: 'Cancel schedule' }).click();
+    await page.locator('dd', { hasText: /^draft$/ }).waitFor();
+    expect(await page.getByRole('button', { name: 'Cancel schedule' }).count()).toBe(0);
     await page.getByRole('button', { name: 'Send now' }).click();
     await page.getByText(`of ${N} handed over`).waitFor({ timeout: 30_000 });
     // The record: filter by state; every recipient gets its final state from the MTA's feedback.

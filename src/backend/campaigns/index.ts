@@ -7,6 +7,7 @@ import type { EventBus } from '../events.js';
 import type { PublicArea } from '../public/index.js';
 import { Fanout } from './fanout.js';
 import { campaignRoutes } from './routes.js';
+import { ScheduleSweeper } from './schedule.js';
 import { templateRoutes } from './templates.js';
 import { TransportResolver } from './transport.js';
 
@@ -42,12 +43,16 @@ export async function registerCampaigns(
   });
   templateRoutes(app, { db: s.db, clock: s.clock, baseUrl: s.config.BASE_URL!, guard });
   campaignRoutes(app, { db: s.db, clock: s.clock, guard, fanout, transports, baseUrl, organizationName: s.config.ORGANIZATION_NAME });
+  const schedule = new ScheduleSweeper({ db: s.db, clock: s.clock, log: s.log.child({ area: 'campaigns' }), fanout, transports, organizationName: s.config.ORGANIZATION_NAME });
+  app.decorate('campaignSchedule', schedule);
   return {
     fanout,
     async start() {
       await fanout.start();
+      schedule.start();
     },
     async stop() {
+      await schedule.stop();
       await fanout.stop();
       await transports.close();
     },

@@ -82,3 +82,13 @@ export const RECIPIENTS = {
   retryStatuses: ['failed', 'rejected'],
   retrySoftBounces: true,
 } as const;
+
+/** Scheduled campaigns (POST /admin/campaigns/:id/schedule). */
+export const SCHEDULE = {
+  /** sendAt may be at most this far ahead. */
+  maxAheadMs: 365 * 24 * 60 * 60 * 1000,
+  /** Every backend instance looks for due campaigns this often (a campaign starts at most this late). */
+  sweepMs: 5_000,
+  /** Due campaigns started per sweep (the rest wait for the next one). */
+  sweepBatch: 20,
+} as const;

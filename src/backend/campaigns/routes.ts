@@ -6,19 +6,18 @@
 import { Type, type Static } from '@sinclair/typebox';
 import type { Clock } from '../../shared/clock.js';
 import { toIso } from '../../shared/clock.js';
-import { newId, randomString } from '../../shared/crypto.js';
+import { newId } from '../../shared/crypto.js';
 import type { Db } from '../../shared/db/pool.js';
-import { tx } from '../../shared/db/pool.js';
 import { badInput, conflict, notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
-import { domainOf, parseMailbox } from '../../shared/mail/address.js';
+import { parseMailbox } from '../../shared/mail/address.js';
 import type { AdminGuard } from '../api/admin-auth.js';
 import { TRANSACTIONAL } from '../api/policy.js';
 import { Readable } from 'node:stream';
-import { ELIGIBLE_MEMBERS, type Fanout } from './fanout.js';
-import { RECIPIENT_STATES, RECIPIENTS, type RecipientState } from './policy.js';
+import type { Fanout } from './fanout.js';
+import { RECIPIENT_STATES, RECIPIENTS, SCHEDULE, type RecipientState } from './policy.js';
 import { csvField, decodeCursor, recipientPage } from './recipients.js';
-import { compileCampaign, renderForArchive } from './render.js';
+import { startCampaign, type CampaignRow } from './start.js';
 import type { TransportResolver } from './transport.js';
 
 const CreateBody = Type.Object(
@@ -34,6 +33,17 @@ const CreateBody = Type.Object(
   { additionalProperties: false },
 );
 const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 100 }) });
+const ScheduleBody = Type.Object({ sendAt: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
+// An instant, so with its offset: a bare local time would depend on the server's zone.
+const ISO_INSTANT = /^(\d{4})-(\d{2})-(\d{2})T([01]\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/i;
+/** Milliseconds of an ISO instant, or NaN; a day the month lacks (Date.parse rolls 02-30 over) is NaN too. */
+function parseInstant(v: string): number {
+  const m = ISO_INSTANT.exec(v);
+  if (!m) return NaN;
+  const day = new Date(Date.UTC(Number(m[1]), Number(m[2]) - 1, Number(m[3])));
+  if (day.getUTCMonth() !== Number(m[2]) - 1 || day.getUTCDate() !== Number(m[3])) return NaN;
+  return Date.parse(v);
+}
 const RecipientQuery = Type.Object(
   {
     status: Type.Optional(Type.Union(RECIPIENT_STATES.map((s) => Type.Literal(s)))),
@@ -57,24 +67,7 @@ const RecipientPage = Type.Object({
 });
 const ExportQuery = Type.Object({ status: Type.Optional(Type.Union(RECIPIENT_STATES.map((s) => Type.Literal(s)))) }, { additionalProperties: false });
 
-interface Row {
-  id: string;
-  name: string | null;
-  subject: string;
-  html: string;
-  text_body: string | null;
-  preview_text: string;
-  from_mailbox: string;
-  topic_id: string;
-  status: string;
-  archive_token: string | null;
-  recipients: number | null;
-  error: string | null;
-  created_at: Date;
-  updated_at: Date;
-  send_started_at: Date | null;
-  completed_at: Date | null;
-}
+type Row = CampaignRow;
 
 export interface CampaignRouteDeps {
   db: Db;
@@ -115,6 +108,7 @@ export function campaignRoutes(app: HttpApp, d: CampaignRouteDeps): void {
       updatedAt: toIso(r.updated_at),
       sendStartedAt: r.send_started_at ? toIso(r.send_started_at) : null,
       completedAt: r.completed_at ? toIso(r.completed_at) : null,
+      scheduledAt: r.scheduled_at ? toIso(r.scheduled_at) : null,
     };
   };
 
@@ -145,39 +139,45 @@ export function campaignRoutes(app: HttpApp, d: CampaignRouteDeps): void {
   });
 
   app.post('/admin/campaigns/:id/send', { ...admin, schema: { params: IdParams } }, async (req, reply) => {
-    const { id } = req.params as Static<typeof IdParams>;
-    const draft = (await d.db.query<{ from_mailbox: string }>('SELECT from_mailbox FROM campaigns WHERE id = $1', [id])).rows[0];
-    if (!draft) throw notFound('Campaign not found', 'campaign_not_found');
-    await d.transports.resolve(domainOf(draft.from_mailbox)); // no provider: 503 before anything is written
-    const now = d.clock.now();
-    const started = await tx(d.db, async (q) => {
-      const r = await q.query<Row & { topic_name: string }>(
-        'SELECT c.*, t.name AS topic_name FROM campaigns c JOIN topics t ON t.id = c.topic_id WHERE c.id = $1 FOR UPDATE OF c',
-        [id],
-      );
-      const c = r.rows[0];
-      if (!c) throw notFound('Campaign not found', 'campaign_not_found');
-      if (c.status !== 'draft') throw conflict(`This campaign was already sent (status ${c.status})`, 'campaign_already_sent');
-      const recipients = (await q.query<{ n: number }>(`SELECT count(*)::int AS n ${ELIGIBLE_MEMBERS}`, [c.topic_id])).rows[0]!.n;
-      const token = randomString(24);
-      const compiled = compileCampaign(c.html, c.text_body, { topic: c.topic_name, organization: d.organizationName });
-      await q.query(
-        `INSERT INTO campaign_archives (token, campaign_id, subject, html, organization_name, sent_at) VALUES ($1, $2, $3, $4, $5, $6)`,
-        [token, c.id, c.subject, renderForArchive(compiled), d.organizationName, toIso(now)],
-      );
-      const u = await q.query<Row>(
-        `UPDATE campaigns SET status = 'sending', archive_token = $2, recipients = $3, send_started_at = $4, updated_at = $4 WHERE id = $1 RETURNING *`,
-        [c.id, token, recipients, toIso(now)],
-      );
-      return u.rows[0]!;
-    });
-    await d.fanout.enqueue(started.id);
+    const started = (await startCampaign(d, (req.params as Static<typeof IdParams>).id))!;
     return reply.code(202).send({ data: { id: started.id, status: started.status, archiveToken: started.archive_token, recipients: started.recipients } });
   });
 
   const exists = async (id: string) => {
     if ((await d.db.query('SELECT 1 FROM campaigns WHERE id = $1', [id])).rowCount === 0) throw notFound('Campaign not found', 'campaign_not_found');
   };
+  const statusOf = async (id: string) => {
+    const r = await d.db.query<{ status: string }>('SELECT status FROM campaigns WHERE id = $1', [id]);
+    if (!r.rows[0]) throw notFound('Campaign not found', 'campaign_not_found');
+    return r.rows[0].status;
+  };
+
+  // Schedule for later: the sweep (./schedule.ts) starts it through the same path as send now.
+  app.post('/admin/campaigns/:id/schedule', { ...admin, schema: { params: IdParams, body: ScheduleBody } }, async (req) => {
+    const { id } = req.params as Static<typeof IdParams>;
+    const { sendAt } = req.body as Static<typeof ScheduleBody>;
+    const at = parseInstant(sendAt);
+    if (Number.isNaN(at)) throw badInput('sendAt must be an ISO 8601 date-time with a time zone, e.g. 2026-12-01T09:00:00Z', 'validation_error');
+    const now = d.clock.now();
+    if (at <= now) throw badInput('sendAt must be in the future', 'validation_error');
+    if (at > now + SCHEDULE.maxAheadMs) throw badInput(`sendAt must be at most ${Math.round(SCHEDULE.maxAheadMs / 86_400_000)} days ahead`, 'validation_error');
+    const r = await d.db.query<Row>(
+      `UPDATE campaigns SET status = 'scheduled', scheduled_at = $2, updated_at = $3 WHERE id = $1 AND status IN ('draft', 'scheduled') RETURNING *`,
+      [id, toIso(at), toIso(now)],
+    );
+    if (!r.rows[0]) throw conflict(`Only a draft or scheduled campaign can be scheduled (status ${await statusOf(id)})`, 'campaign_not_schedulable');
+    return { data: await view(r.rows[0]) };
+  });
+
+  app.delete('/admin/campaigns/:id/schedule', { ...admin, schema: { params: IdParams } }, async (req) => {
+    const { id } = req.params as Static<typeof IdParams>;
+    const r = await d.db.query<Row>(
+      `UPDATE campaigns SET status = 'draft', scheduled_at = NULL, updated_at = $2 WHERE id = $1 AND status = 'scheduled' RETURNING *`,
+      [id, toIso(d.clock.now())],
+    );
+    if (!r.rows[0]) throw conflict(`This campaign is not scheduled (status ${await statusOf(id)})`, 'campaign_not_scheduled');
+    return { data: await view(r.rows[0]) };
+  });
 
   // The per-recipient record (docs/dashboard.md): latest send per recipient, filterable by state.
   app.get('/admin/campaigns/:id/recipients', { ...admin, schema: { params: IdParams, querystring: RecipientQuery, response: { 200: RecipientPage } } }, async (req) => {

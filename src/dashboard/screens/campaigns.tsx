@@ -1,5 +1,5 @@
 /**
- * Campaigns: list, compose, test send, send now, live progress, the per-recipient record
+ * Campaigns: list, compose, test send, send now or schedule for later, live progress, the per-recipient record
  * (filter, export, retry failed) and per-link clicks where the server offers them.
  */
 import { useEffect, useState } from 'preact/hooks';
@@ -20,6 +20,7 @@ interface Campaign {
   createdAt: string;
   sendStartedAt: string | null;
   completedAt: string | null;
+  scheduledAt: string | null;
   archiveUrl: string | null;
 }
 
@@ -147,12 +148,13 @@ function CampaignDetail({ id }: { id: string }) {
   const canWrite = useCanWrite('campaigns');
   const send = useAction();
   const d = c.data?.data;
-  // Live progress: re-read while the campaign is sending.
+  // Live progress: re-read while the campaign is sending (and now and then while it waits for its time).
   useEffect(() => {
-    if (!d || (d.status !== 'sending' && d.status !== 'queued')) return;
-    const t = setTimeout(c.reload, 1000);
+    if (!d || (d.status !== 'sending' && d.status !== 'queued' && d.status !== 'scheduled')) return;
+    const t = setTimeout(c.reload, d.status === 'scheduled' ? 10_000 : 1000);
     return () => clearTimeout(t);
   }, [d]);
+  const started = d ? d.status !== 'draft' && d.status !== 'scheduled' : false;
   const total = d?.recipients ?? 0;
   const done = d ? d.progress.handedOver + d.progress.failed : 0;
   return (
@@ -167,12 +169,14 @@ function CampaignDetail({ id }: { id: string }) {
             <dd>{d.subject}</dd>
             <dt>From</dt>
             <dd>{d.from}</dd>
+            <dt>Scheduled for</dt>
+            <dd>{when(d.scheduledAt)}</dd>
             <dt>Started</dt>
             <dd>{when(d.sendStartedAt)}</dd>
             <dt>Finished</dt>
             <dd>{when(d.completedAt)}</dd>
           </dl>
-          {d.status === 'draft' && canWrite ? (
+          {(d.status === 'draft' || d.status === 'scheduled') && canWrite ? (
             <div class="row">
               <button
                 type="button"
@@ -191,7 +195,8 @@ function CampaignDetail({ id }: { id: string }) {
               <ErrorBox error={send.error} />
             </div>
           ) : null}
-          {d.status !== 'draft' ? (
+          {(d.status === 'draft' || d.status === 'scheduled') && canWrite ? <Schedule campaign={d} onChange={c.reload} /> : null}
+          {started ? (
             <label class="field">
               <span>
                 Progress: {done.toLocaleString('en')} of {total.toLocaleString('en')} handed over
@@ -200,7 +205,7 @@ function CampaignDetail({ id }: { id: string }) {
               <progress max={Math.max(total, 1)} value={done} aria-label="Sending progress" />
             </label>
           ) : null}
-          {d.status !== 'draft' ? (
+          {started ? (
             <p>
               By state:{' '}
               {Object.entries(d.progress.byStatus)
@@ -208,11 +213,56 @@ function CampaignDetail({ id }: { id: string }) {
                 .join(', ') || 'nothing yet'}
             </p>
           ) : null}
-          {d.status !== 'draft' ? <Engagement id={id} version={done} /> : null}
-          {d.status !== 'draft' ? <RecipientRecord id={id} canWrite={canWrite} /> : null}
+          {started ? <Engagement id={id} version={done} /> : null}
+          {started ? <RecipientRecord id={id} canWrite={canWrite} /> : null}
         </>
       ) : null}
     </Screen>
+  );
+}
+
+/** Schedule for later: the browser's local time, sent as an instant (the server checks the window). */
+function Schedule({ campaign: d, onChange }: { campaign: Campaign; onChange: () => void }) {
+  const [at, setAt] = useState('');
+  const a = useAction();
+  return (
+    <form
+      class="row"
+      onSubmit={(e) => {
+        e.preventDefault();
+        void a.run(async () => {
+          if (!at) throw new Error('Choose a date and time to schedule the campaign for.');
+          const ms = new Date(at).getTime();
+          if (Number.isNaN(ms)) throw new Error('That date and time could not be read.');
+          await api('POST', `/admin/campaigns/${d.id}/schedule`, { sendAt: new Date(ms).toISOString() });
+          setAt('');
+          onChange();
+        });
+      }}
+    >
+      <Field label="Send at (your local time)">
+        <input type="datetime-local" value={at} onInput={(e) => setAt((e.target as HTMLInputElement).value)} />
+      </Field>
+      <button type="submit" disabled={a.busy}>
+        {d.status === 'scheduled' ? 'Reschedule' : 'Schedule'}
+      </button>
+      {d.status === 'scheduled' ? (
+        <button
+          type="button"
+          disabled={a.busy}
+          onClick={() =>
+            a.run(async () => {
+              await api('DELETE', `/admin/campaigns/${d.id}/schedule`);
+              onChange();
+            })
+          }
+        >
+          Cancel schedule
+        </button>
+      ) : null}
+      {d.status === 'scheduled' ? <Notice>Scheduled for {when(d.scheduledAt)}.</Notice> : null}
+      <ErrorBox error={a.error} />
+    </form>
   );
 }
 
