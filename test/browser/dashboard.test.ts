@@ -254,7 +254,7 @@ describe.skipIf(!haveChromium)('operator dashboard in a browser', () => {
     const firstPage = await page.locator('tbody tr td:first-child').allTextContents();
     expect(firstPage).toHaveLength(25);
     await page.getByRole('button', { name: 'Next' }).click();
-    await page.getByText('Page 2 · 61 in all').waitFor();
+    await page.getByText('Page 2 · 61 in all', { exact: true }).waitFor(); // exact: not "Loading… Page 2" (old rows)
     const second = await page.locator('tbody tr td:first-child').allTextContents();
     expect(second).toHaveLength(25);
     expect(second.filter((e) => firstPage.includes(e))).toEqual([]);
@@ -366,8 +366,9 @@ describe.skipIf(!haveChromium)('operator dashboard in a browser', () => {
     }
     const reply = domains.find((d) => d.domain === 'qv-reply.test')!;
     const held = domains.find((d) => d.domain === 'qv-held.test')!;
-    expect(reply).toMatchObject({ pending: 0, delayed: 2, lastReply: { code: 451, text: '451 4.7.1 Greylisted, try again later' }, paused: { reason: 'domain_backoff' } });
-    expect(held).toMatchObject({ pending: 0, delayed: 1, lastReply: null, paused: { reason: 'domain_backoff' } });
+    // The reason is the deferring job's own ("phase: reason").
+    expect(reply).toMatchObject({ pending: 0, delayed: 2, lastReply: { code: 451, text: '451 4.7.1 Greylisted, try again later' }, paused: { reason: 'domain_backoff: domain_backoff' } });
+    expect(held).toMatchObject({ pending: 0, delayed: 1, lastReply: null, paused: { reason: 'domain_backoff: domain_backoff' } });
 
     await page.getByRole('link', { name: 'Queue' }).click();
     const stats = (await mta('GET', '/queue/stats')).body.data as Record<string, number>;
@@ -382,9 +383,9 @@ describe.skipIf(!haveChromium)('operator dashboard in a browser', () => {
     expect((await cells('qv-reply.test')).slice(1)).toEqual([
       '0', '2', '0', expect.any(String),
       `451 4.7.1 Greylisted, try again later (${at(new Date(replyAt).toISOString())})`,
-      `until ${at(reply.paused!.until)}: domain_backoff`,
+      `until ${at(reply.paused!.until)}: domain_backoff: domain_backoff`,
     ]);
-    expect((await cells('qv-held.test')).slice(1)).toEqual(['0', '1', '0', expect.any(String), '—', `until ${at(held.paused!.until)}: domain_backoff`]);
+    expect((await cells('qv-held.test')).slice(1)).toEqual(['0', '1', '0', expect.any(String), '—', `until ${at(held.paused!.until)}: domain_backoff: domain_backoff`]);
     await page.getByRole('navigation', { name: 'Destination domains pages' }).getByText('Page 1').waitFor();
     await axe(page, 'queue');
     await shot(page, 'deliverability-queue');
