@@ -14,6 +14,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startDnsServer, type DnsServer } from '../harness/dns.js';
 import { startSmtpSink, type SmtpSink } from '../harness/smtp-sink.js';
 import { ADMIN_TOKEN, call, startBackend, type Backend } from '../backend/public/helpers.js';
+import { DEFAULT_POLICY } from '../../src/mta/policy.js';
+import { DomainBackoff } from '../../src/mta/state/domain-backoff.js';
+import { DeliveryLogStore } from '../../src/mta/stores/delivery-logs.js';
 
 // Page-side globals of the functions passed to page.evaluate (this project compiles without the DOM lib).
 declare const document: any;
@@ -252,7 +255,7 @@ describe.skipIf(!haveChromium)('operator dashboard in a browser', () => {
     const firstPage = await page.locator('tbody tr td:first-child').allTextContents();
     expect(firstPage).toHaveLength(25);
     await page.getByRole('button', { name: 'Next' }).click();
-    await page.getByText('Page 2 · 61 in all', { exact: true }).waitFor();
+    await page.getByText('Page 2 · 61 in all', { exact: true }).waitFor(); // exact: not "Loading… Page 2" (old rows)
     const second = await page.locator('tbody tr td:first-child').allTextContents();
     expect(second).toHaveLength(25);
     expect(second.filter((e) => firstPage.includes(e))).toEqual([]);
@@ -341,12 +344,50 @@ describe.skipIf(!haveChromium)('operator dashboard in a browser', () => {
     await page.getByRole('cell', { name: 'new@example.org', exact: true }).waitFor();
     expect((await mta('GET', '/suppression/check/new@example.org')).body.data).toMatchObject({ suppressed: true, reason: 'manual' });
 
+    // The queue by destination domain: two domains whose servers could not be reached three
+    // times (the MTA's domain backoff, recorded as its delivery effects record it), so the
+    // workers defer their jobs and pause the groups; one also has a 4xx reply in the delivery log.
+    const { coord, clock, db } = b.app.services;
+    const backoff = new DomainBackoff(coord, clock, DEFAULT_POLICY);
+    for (const domain of ['qv-reply.test', 'qv-held.test']) for (let i = 0; i < DEFAULT_POLICY.domainBackoff.threshold; i++) await backoff.recordFailure(domain);
+    const replyAt = clock.now();
+    await new DeliveryLogStore(db).append({
+      messageId: 'qv-m0', jobId: null, organizationId: 'org-qv', recipient: 'r0@qv-reply.test', domain: 'qv-reply.test', pool: 'transactional', ip: '127.0.0.1',
+      status: 'deferred', code: 451, enhancedCode: '4.7.1', reason: null, response: '451 4.7.1 Greylisted, try again later', mxHost: 'mx.qv-reply.test', attempt: 1, at: replyAt,
+    });
+    for (const to of ['r1@qv-reply.test', 'r2@qv-reply.test', 'h1@qv-held.test']) {
+      const sent = await mta('POST', '/send', { messageId: `qv-${to}`, to, from: 'News <news@sender.example>', subject: 'Hi', html: '<p>Hi</p>', ipPool: 'transactional', organizationId: 'org-qv', dkimDomain: 'sender.example' });
+      expect(sent.status, JSON.stringify(sent.body)).toBeLessThan(300);
+    }
+    type Qd = { domain: string; pending: number; delayed: number; lastReply: { code: number; text: string } | null; paused: { reason: string | null; until: string } | null };
+    let domains: Qd[] = [];
+    for (const until = Date.now() + 20_000; Date.now() < until; await new Promise((r) => setTimeout(r, 200))) {
+      domains = (await mta('GET', '/queue/domains')).body.data;
+      if (domains.filter((d) => d.domain.startsWith('qv-') && d.paused && d.delayed + d.pending === (d.domain === 'qv-reply.test' ? 2 : 1)).length === 2) break;
+    }
+    const reply = domains.find((d) => d.domain === 'qv-reply.test')!;
+    const held = domains.find((d) => d.domain === 'qv-held.test')!;
+    // The reason is the deferring job's own ("phase: reason").
+    expect(reply).toMatchObject({ pending: 0, delayed: 2, lastReply: { code: 451, text: '451 4.7.1 Greylisted, try again later' }, paused: { reason: 'domain_backoff: domain_backoff' } });
+    expect(held).toMatchObject({ pending: 0, delayed: 1, lastReply: null, paused: { reason: 'domain_backoff: domain_backoff' } });
+
     await page.getByRole('link', { name: 'Queue' }).click();
     const stats = (await mta('GET', '/queue/stats')).body.data as Record<string, number>;
     for (const [k, v] of Object.entries(stats)) {
       await page.locator('.kpi', { hasText: k }).getByText(v.toLocaleString('en'), { exact: true }).waitFor();
     }
-    await page.getByText(/not in the MTA's API yet/).waitFor();
+    const byDomain = page.getByRole('table', { name: 'By destination domain' });
+    const rowOf = (domain: string) => byDomain.getByRole('row').filter({ has: page.getByRole('cell', { name: domain, exact: true }) });
+    const cells = async (domain: string) => rowOf(domain).getByRole('cell').allTextContents();
+    await rowOf('qv-reply.test').waitFor();
+    const at = (iso: string) => new Date(iso).toLocaleString('en-GB', { timeZone: 'UTC' }) + ' UTC';
+    expect((await cells('qv-reply.test')).slice(1)).toEqual([
+      '0', '2', '0', expect.any(String),
+      `451 4.7.1 Greylisted, try again later (${at(new Date(replyAt).toISOString())})`,
+      `until ${at(reply.paused!.until)}: domain_backoff: domain_backoff`,
+    ]);
+    expect((await cells('qv-held.test')).slice(1)).toEqual(['0', '1', '0', expect.any(String), '—', `until ${at(held.paused!.until)}: domain_backoff: domain_backoff`]);
+    await page.getByRole('navigation', { name: 'Destination domains pages' }).getByText('Page 1').waitFor();
     await axe(page, 'queue');
     await shot(page, 'deliverability-queue');
 

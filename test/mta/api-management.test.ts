@@ -45,6 +45,7 @@ const ROUTES: [string, string, unknown?][] = [
   ['GET', '/delivery-logs/m1'],
   ['GET', '/queue/stats'],
   ['GET', '/queue/pending'],
+  ['GET', '/queue/domains'],
   ['GET', '/queue/jobs/1'],
   ['DELETE', '/queue/jobs/1'],
   ['POST', '/queue/flush?orgId=x'],

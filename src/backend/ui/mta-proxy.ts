@@ -20,6 +20,7 @@ export const MTA_PROXY_ROUTES: [string, RegExp][] = [
   ['DELETE', /^\/suppression\/[^/]+$/],
   ['GET', /^\/queue\/stats$/],
   ['GET', /^\/queue\/pending$/],
+  ['GET', /^\/queue\/domains$/],
   ['GET', /^\/ip-reputation$/],
   ['GET', /^\/ip-reputation\/pools$/],
   ['GET', /^\/ip-audit$/],

@@ -4,7 +4,7 @@
  * the DNS records of a domain with their live check. What the MTA does not offer yet is said.
  */
 import { useState } from 'preact/hooks';
-import { api, qs } from '../api.js';
+import { api, qs, type Page } from '../api.js';
 import { ErrorBox, Field, Notice, Pager, Screen, useAction, useCanWrite, useCursorPage, useLoad, when } from '../ui.js';
 
 const TABS: [string, string][] = [
@@ -215,6 +215,58 @@ async function exportSuppressions(): Promise<void> {
   setTimeout(() => URL.revokeObjectURL(url), 1000);
 }
 
+interface QueueDomain {
+  domain: string;
+  pending: number;
+  delayed: number;
+  active: number;
+  oldestAt: string | null;
+  lastReply: { code: number; text: string | null; at: string } | null;
+  paused: { reason: string | null; until: string } | null;
+}
+
+/** The queue by destination domain (MTA /queue/domains), 25 domains a page. */
+function QueueDomains() {
+  const p = useCursorPage((cursor) => api<Page<QueueDomain>>('GET', `/admin/mta/queue/domains${qs({ cursor, limit: 25 })}`), []);
+  const rows = p.data?.data ?? [];
+  return (
+    <>
+      <h3 id="queue-domains-title">By destination domain</h3>
+      <ErrorBox error={p.error} />
+      <div class="table-wrap">
+        <table aria-labelledby="queue-domains-title">
+          <thead>
+            <tr>
+              <th scope="col">Domain</th>
+              <th scope="col">Due now</th>
+              <th scope="col">Delayed</th>
+              <th scope="col">Sending</th>
+              <th scope="col">Oldest</th>
+              <th scope="col">Last remote reply</th>
+              <th scope="col">Paused</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((d) => (
+              <tr key={d.domain}>
+                <td>{d.domain}</td>
+                <td>{d.pending.toLocaleString('en')}</td>
+                <td>{d.delayed.toLocaleString('en')}</td>
+                <td>{d.active.toLocaleString('en')}</td>
+                <td>{when(d.oldestAt)}</td>
+                <td>{d.lastReply ? `${d.lastReply.text ?? d.lastReply.code} (${when(d.lastReply.at)})` : '—'}</td>
+                <td>{d.paused ? `until ${when(d.paused.until)}: ${d.paused.reason ?? 'reason not recorded'}` : 'no'}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+      {p.data && !rows.length ? <Notice>No destination domain has messages waiting.</Notice> : null}
+      <Pager p={p} label="Destination domains" />
+    </>
+  );
+}
+
 interface Job {
   jobId: string;
   state: string;
@@ -245,10 +297,8 @@ function Queue() {
           ))}
         </div>
       ) : null}
-      <Notice>
-        The MTA lists pending messages per destination domain below. A summary per domain with its last remote reply and pause reasons is not in the MTA's API yet; it
-        will appear here when it is.
-      </Notice>
+      <QueueDomains />
+      <h3>Pending messages</h3>
       <form
         class="row"
         role="search"

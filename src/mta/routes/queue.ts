@@ -4,6 +4,7 @@ import type { HttpApp } from '../../shared/http.js';
 import type { Job } from '../../shared/queue/types.js';
 import type { MtaContext } from '../context.js';
 import type { MtaQueuedPayload } from '../job.js';
+import { queueDomains } from '../stores/queue-domains.js';
 import { Data, ErrorResponse, masterErrors, OrgId } from './schemas.js';
 
 const iso = (t: number | null) => (t === null ? null : new Date(t).toISOString());
@@ -68,6 +69,16 @@ function summary(j: Job<MtaQueuedPayload>) {
   };
 }
 
+const DomainRow = Type.Object({
+  domain: Type.String(),
+  pending: Type.Integer({ description: 'Due now' }),
+  delayed: Type.Integer({ description: 'Waiting for their time or for the paused group' }),
+  active: Type.Integer(),
+  oldestAt: Nullable(Type.String({ description: 'Enqueue time of the oldest pending job' })),
+  lastReply: Nullable(Type.Object({ code: Type.Integer(), text: Nullable(Type.String()), at: Type.String() })),
+  paused: Nullable(Type.Object({ reason: Nullable(Type.String()), until: Type.String() })),
+});
+
 const JobIdParam = Type.Object({ jobId: Type.String({ minLength: 1, maxLength: 20 }) });
 
 /** /queue: inspect and cancel delivery jobs (master key only). */
@@ -117,6 +128,36 @@ export async function queueRoutes(app: HttpApp, m: MtaContext): Promise<void> {
       const { limit, offset, domain } = req.query;
       const jobs = await q.pending({ limit, offset, groupKeySuffix: domain ? `:${domain.toLowerCase()}` : undefined });
       return { data: jobs.map(summary) };
+    },
+  );
+
+  app.get(
+    '/queue/domains',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Queued work by destination domain: counts, oldest job, last remote reply, pause and its reason; pass pagination.cursor back as cursor',
+        querystring: Type.Object(
+          {
+            limit: Type.Integer({ minimum: 1, maximum: 200, default: 50 }),
+            cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 253 })),
+          },
+          { additionalProperties: false },
+        ),
+        response: {
+          200: Type.Object({ data: Type.Array(DomainRow), pagination: Type.Object({ limit: Type.Integer(), cursor: Nullable(Type.String()), isDone: Type.Boolean() }) }),
+          ...masterErrors,
+        },
+      },
+    },
+    async (req) => {
+      const { limit, cursor } = req.query;
+      const { rows, isDone } = await queueDomains(m.services.db, q.name, m.services.clock.now(), cursor?.toLowerCase() ?? null, limit);
+      return {
+        data: rows,
+        pagination: { limit, cursor: isDone ? null : rows[rows.length - 1]!.domain, isDone },
+      };
     },
   );
 
