@@ -59,7 +59,9 @@ export function mtaProxyRoutes(app: HttpApp, d: { guard: AdminGuard; mtaUrl: str
       .header('content-type', res.headers.get('content-type') ?? 'application/json')
       .send(text);
   };
+  // Hidden from the OpenAPI document: a wildcard is no OpenAPI path, and the routes it forwards
+  // are the MTA's own, documented in docs/mta.md (the allow-list is in docs/api.md).
   for (const method of ['GET', 'POST', 'DELETE'] as const) {
-    app.route({ method, url: '/admin/mta/*', onRequest: d.guard, handler: forward });
+    app.route({ method, url: '/admin/mta/*', schema: { hide: true }, onRequest: d.guard, handler: forward });
   }
 }
