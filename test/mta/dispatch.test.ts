@@ -95,7 +95,7 @@ describe('delivery results', () => {
     const second = await sendAndRun({ to: 'gone@hard.example' });
     expect(second.outcome).toEqual({ type: 'complete' });
     expect(t.deliverer.calls.length).toBe(calls);
-    expect(await logsFor(second.body.messageId as string)).toMatchObject([{ status: 'suppressed', reason: 'suppressed' }]);
+    expect(await logsFor(second.body.messageId as string)).toMatchObject([{ status: 'suppressed', reason: 'suppressed: hard_bounce' }]);
   });
 
   it('soft (5xx, not hard) bounce: completes without suppression', async () => {

@@ -27,7 +27,7 @@ interface Row {
   status: string;
   error: string | null;
   updated_at: Date;
-  detail: { bounce?: { type?: string; reason?: string; diagnostic?: string; status?: string }; suppression?: { reason?: string }; complaint?: { feedbackType?: string | null }; delivery?: { smtpResponse?: string | null } } | null;
+  detail: { bounce?: { type?: string; reason?: string; diagnostic?: string; status?: string }; suppression?: { reason?: string }; rejection?: { reason?: string }; complaint?: { feedbackType?: string | null }; delivery?: { smtpResponse?: string | null } } | null;
 }
 
 /** Send statuses shown as `state`. */
@@ -51,7 +51,7 @@ function toRecord(r: Row): RecipientRecord {
   const d = r.detail ?? {};
   let reason: string | null = null;
   if (status === 'bounced' && d.bounce) reason = [d.bounce.type ? `${d.bounce.type} bounce` : null, d.bounce.reason].filter(Boolean).join(': ') || null;
-  else if (status === 'failed') reason = r.error;
+  else if (status === 'failed') reason = r.error ?? d.rejection?.reason ?? null;
   else if (status === 'suppressed') reason = d.suppression?.reason ?? null;
   else if (r.status === 'complained') reason = 'complained';
   const smtpResponse = d.bounce?.diagnostic ?? d.delivery?.smtpResponse ?? null;

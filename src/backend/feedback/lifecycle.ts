@@ -64,6 +64,8 @@ export interface LifecycleEvent {
   /** A delivery's final SMTP reply from the receiving server (e.g. "250 2.0.0 OK"), when the source passes it on. */
   delivery?: { smtpResponse: string | null };
   suppression?: { reason: SuppressionReason };
+  /** Why the sender's side refused the message (e.g. the MTA's content screening), for operators. */
+  rejection?: { reason: string };
 }
 
 import type { MtaOperationalEventName } from '../../shared/contracts/mta.js';

@@ -214,7 +214,7 @@ async function recordEvents(c: DbClient, events: FeedbackEvent[], sendOf: Map<Li
       }),
       col((ev) => {
         const l = lc(ev);
-        return JSON.stringify(l ? { bounce: l.bounce, complaint: l.complaint, suppression: l.suppression, delivery: l.delivery } : {});
+        return JSON.stringify(l ? { bounce: l.bounce, complaint: l.complaint, suppression: l.suppression, delivery: l.delivery, rejection: l.rejection } : {});
       }),
       col((ev) => iso(ev.occurredAt)),
       iso(now),

@@ -3,35 +3,7 @@ import { badInput } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
 import type { MtaContext } from '../context.js';
 import { Data, IsoDate, masterErrors, OrgId } from './schemas.js';
-
-const Status = Type.Union([
-  Type.Literal('sent'),
-  Type.Literal('bounced'),
-  Type.Literal('deferred'),
-  Type.Literal('screened'),
-  Type.Literal('suppressed'),
-  Type.Literal('failed'),
-]);
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(t: T) => Type.Union([t, Type.Null()]);
-const Record_ = Type.Object({
-  id: Type.String(),
-  messageId: Type.String(),
-  jobId: Nullable(Type.String()),
-  organizationId: Type.String(),
-  recipient: Type.String(),
-  domain: Type.String(),
-  pool: Nullable(Type.String()),
-  ip: Nullable(Type.String()),
-  status: Status,
-  hard: Nullable(Type.Boolean()),
-  code: Nullable(Type.Integer()),
-  enhancedCode: Nullable(Type.String()),
-  reason: Nullable(Type.String()),
-  response: Nullable(Type.String()),
-  mxHost: Nullable(Type.String()),
-  attempt: Nullable(Type.Integer()),
-  createdAt: Type.String(),
-});
+import { MTA_LOG_PAGE_MAX, MtaDeliveryLogPageSchema, MtaDeliveryLogRecordSchema, MtaLogStatusSchema } from '../../shared/contracts/mta.js';
 
 function date(name: string, v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
@@ -59,14 +31,14 @@ export async function deliveryLogRoutes(app: HttpApp, m: MtaContext): Promise<vo
             from: Type.Optional(IsoDate),
             to: Type.Optional(IsoDate),
             orgId: Type.Optional(OrgId),
-            status: Type.Optional(Status),
+            status: Type.Optional(MtaLogStatusSchema),
             domain: Type.Optional(Type.String({ maxLength: 253 })),
-            limit: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),
+            limit: Type.Integer({ minimum: 1, maximum: MTA_LOG_PAGE_MAX, default: 100 }),
             cursor: Type.Optional(Type.String({ pattern: '^[0-9]{1,19}$' })),
           },
           { additionalProperties: false },
         ),
-        response: { 200: Type.Object({ data: Type.Array(Record_), nextCursor: Nullable(Type.String()) }), ...masterErrors },
+        response: { 200: MtaDeliveryLogPageSchema, ...masterErrors },
       },
     },
     async (req) => {
@@ -125,7 +97,7 @@ export async function deliveryLogRoutes(app: HttpApp, m: MtaContext): Promise<vo
         security,
         summary: 'Every logged event of one message, oldest first',
         params: Type.Object({ messageId: Type.String({ minLength: 1, maxLength: 255 }) }),
-        response: { 200: Data(Type.Array(Record_)), ...masterErrors },
+        response: { 200: Data(Type.Array(MtaDeliveryLogRecordSchema)), ...masterErrors },
       },
     },
     async (req) => ({ data: await logs.forMessage(req.params.messageId) }),

@@ -2,9 +2,7 @@ import { Batcher } from '../../shared/batch.js';
 import type { Clock } from '../../shared/clock.js';
 import type { Db } from '../../shared/db/pool.js';
 import { insertEventsSql, insertEventsValues, type OutboxEvent } from '../outbox/store.js';
-
-export const LOG_STATUSES = ['sent', 'bounced', 'deferred', 'screened', 'suppressed', 'failed'] as const;
-export type LogStatus = (typeof LOG_STATUSES)[number];
+import { MTA_LOG_STATUSES as LOG_STATUSES, type MtaDeliveryLogRecord, type MtaLogStatus as LogStatus } from '../../shared/contracts/mta.js';
 
 export interface DeliveryLogEntry {
   messageId: string;
@@ -26,25 +24,7 @@ export interface DeliveryLogEntry {
   at: number;
 }
 
-export interface DeliveryLogRecord {
-  id: string;
-  messageId: string;
-  jobId: string | null;
-  organizationId: string;
-  recipient: string;
-  domain: string;
-  pool: string | null;
-  ip: string | null;
-  status: LogStatus;
-  hard: boolean | null;
-  code: number | null;
-  enhancedCode: string | null;
-  reason: string | null;
-  response: string | null;
-  mxHost: string | null;
-  attempt: number | null;
-  createdAt: string;
-}
+export type DeliveryLogRecord = MtaDeliveryLogRecord;
 
 export interface LogQuery {
   from?: number;
@@ -59,8 +39,11 @@ export interface LogQuery {
 
 const COLS = ['message_id', 'job_id', 'organization_id', 'recipient', 'domain', 'pool', 'ip', 'status', 'hard', 'code', 'enhanced_code', 'reason', 'response', 'mx_host', 'attempt', 'created_at'];
 const TYPES = ['text', 'text', 'text', 'text', 'text', 'text', 'text', 'text', 'boolean', 'integer', 'text', 'text', 'text', 'text', 'integer', 'timestamptz'];
+// A suppressed drop's reason names the list entry's reason (`suppressed: manual`), read here
+// rather than on the hot path: the pipeline's cache holds addresses only.
 const INSERT_LOGS = `INSERT INTO mta_delivery_log (${COLS.join(', ')})
-  SELECT * FROM unnest(${TYPES.map((t, i) => `$${i + 1}::${t}[]`).join(', ')})`;
+  SELECT ${COLS.map((c) => (c === 'reason' ? `CASE WHEN u.status = 'suppressed' THEN coalesce((SELECT 'suppressed: ' || s.reason FROM mta_suppression s WHERE s.address = u.recipient), u.reason) ELSE u.reason END` : `u.${c}`)).join(', ')}
+    FROM unnest(${TYPES.map((t, i) => `$${i + 1}::${t}[]`).join(', ')}) AS u(${COLS.join(', ')})`;
 /** Log rows and their events in one statement: one commit covers both (the outbox's guarantee). */
 const INSERT_LOGS_AND_EVENTS = `WITH logs AS (${INSERT_LOGS}), events AS (${insertEventsSql(COLS.length + 1)}) SELECT id FROM events`;
 

@@ -363,3 +363,46 @@ export const MtaMailboxDeliveryResultSchema = Type.Object({
   data: Type.Object({ stored: Type.Boolean(), duplicate: Type.Boolean(), usedBytes: Type.Integer({ minimum: 0 }) }),
 });
 export type MtaMailboxDeliveryResult = Static<typeof MtaMailboxDeliveryResultSchema>;
+
+// --------------------------------------------------------------------------- delivery log
+
+/**
+ * `GET /delivery-logs` (mta.md, master key): one row per attempt outcome, newest first. The
+ * backend reads the `suppressed` and `screened` rows to learn of the jobs the MTA dropped
+ * silently (no event is posted for them; src/backend/feedback/mta-drops.ts).
+ */
+export const MTA_LOG_STATUSES = ['sent', 'bounced', 'deferred', 'screened', 'suppressed', 'failed'] as const;
+export type MtaLogStatus = (typeof MTA_LOG_STATUSES)[number];
+export const MtaLogStatusSchema = Type.Union([
+  Type.Literal('sent'),
+  Type.Literal('bounced'),
+  Type.Literal('deferred'),
+  Type.Literal('screened'),
+  Type.Literal('suppressed'),
+  Type.Literal('failed'),
+]) satisfies TSchema & { static: MtaLogStatus };
+export const MtaDeliveryLogRecordSchema = Type.Object({
+  id: Type.String(),
+  messageId: Type.String(),
+  jobId: Nullable(Type.String()),
+  organizationId: Type.String(),
+  recipient: Type.String(),
+  domain: Type.String(),
+  pool: Nullable(Type.String()),
+  ip: Nullable(Type.String()),
+  status: MtaLogStatusSchema,
+  hard: Nullable(Type.Boolean()),
+  code: Nullable(Type.Integer()),
+  enhancedCode: Nullable(Type.String()),
+  /** For a `suppressed` drop: `suppressed: <hard_bounce|complaint|manual>`; for `screened`: the screening rule. */
+  reason: Nullable(Type.String()),
+  response: Nullable(Type.String()),
+  mxHost: Nullable(Type.String()),
+  attempt: Nullable(Type.Integer()),
+  createdAt: Type.String(),
+});
+export type MtaDeliveryLogRecord = Static<typeof MtaDeliveryLogRecordSchema>;
+export const MtaDeliveryLogPageSchema = Type.Object({ data: Type.Array(MtaDeliveryLogRecordSchema), nextCursor: Nullable(Type.String()) });
+export type MtaDeliveryLogPage = Static<typeof MtaDeliveryLogPageSchema>;
+/** The page size `GET /delivery-logs` allows at most. */
+export const MTA_LOG_PAGE_MAX = 1000;

@@ -1,0 +1,187 @@
+/**
+ * The jobs the MTA drops without an event (mta.md: a suppressed recipient, a screened
+ * message) reach the per-recipient record and the send's status through the MTA's delivery
+ * log, read by the backend's reconciler (src/backend/feedback/mta-drops.ts). Real product
+ * (role all): backend → MTA /send → pipeline → delivery to a loopback sink.
+ */
+import { generateKeyPairSync } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearerApi, startTestApp, type TestApp } from '../../harness/app.js';
+import { pollUntil, startDnsServer, type DnsServer } from '../../harness/dns.js';
+import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
+import { MtaDropReconciler } from '../../../src/backend/feedback/mta-drops.js';
+import { MTA_DROPS } from '../../../src/backend/feedback/policy.js';
+import { EventBus } from '../../../src/backend/events.js';
+
+const KEY = 'lm_mta_drops_0123456789abcdefghijklmnopqrstuvwxyz';
+const ADMIN = 'lm_admin_drops_0123456789abcdefghijklmnopqrstuvwxyz';
+const pem = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+const CONTACTS = ['ok1@drops.test', 'ok2@drops.test', 'gone@drops.test', 'hard@drops.test'];
+
+describe('sends the MTA drops silently reach the record', () => {
+  let dns: DnsServer;
+  let sink: SmtpSink;
+  let app: TestApp;
+  let campaignId: string;
+  let screenedId: string;
+  const admin = bearerApi(() => app.backendUrl!, ADMIN);
+  const mta = bearerApi(() => app.mtaUrl!, KEY);
+  const drops = () => app.backend!.app.mtaDrops!;
+  const record = async () =>
+    (await admin('GET', `/admin/campaigns/${campaignId}/recipients?limit=100`)).body.data as { email: string; status: string; reason: string | null }[];
+  const logged = async (status: string) => (await mta('GET', `/delivery-logs?status=${status}&limit=100`)).body.data as { reason: string; recipient: string }[];
+
+  beforeAll(async () => {
+    sink = await startSmtpSink({ host: '127.0.0.28', port: 0 });
+    dns = await startDnsServer({
+      zones: {
+        'drops.test': [
+          { name: '@', type: 'MX', value: '10 mx.drops.test' },
+          { name: 'mx', type: 'A', value: '127.0.0.28' },
+        ],
+      },
+    });
+    app = await startTestApp({
+      role: 'all',
+      env: {
+        ADMIN_TOKEN: ADMIN,
+        MTA_API_KEY: KEY,
+        BASE_URL: 'http://127.0.0.1:9',
+        DNS_SERVERS: dns.servers,
+        MTA_DELIVERY_PORT: String(sink.port),
+        MTA_POOLS: 'transactional:127.0.0.2@mta1.sender.test;campaign:127.0.0.3@mta2.sender.test',
+        MTA_WARMED_IPS: '127.0.0.2,127.0.0.3',
+        CONTENT_URL_BLOCKLIST: 'blocked.test',
+        EMAIL_PROVIDER: 'mta',
+      },
+    });
+    expect((await mta('POST', '/dkim', { domain: 'sender.test', selector: 'drops', privateKey: pem })).status).toBeLessThan(300);
+    // On the MTA's list only: the backend does not know these addresses are suppressed.
+    expect((await mta('POST', '/suppression', { addresses: ['gone@drops.test'], reason: 'manual' })).status).toBeLessThan(300);
+    expect((await mta('POST', '/suppression', { addresses: ['hard@drops.test'], reason: 'hard_bounce' })).status).toBeLessThan(300);
+
+    const topic = (await admin('POST', '/admin/topics', { name: 'Drops' })).body.data;
+    const now = new Date().toISOString();
+    await app.db.pool.query(
+      `INSERT INTO contacts (id, email, source, created_at, updated_at) SELECT 'ct_d' || i, e, 'api', $1, $1 FROM unnest($2::text[]) WITH ORDINALITY AS u(e, i)`,
+      [now, CONTACTS],
+    );
+    await app.db.pool.query(
+      `INSERT INTO topic_memberships (topic_id, contact_id, doi_status, source, created_at, updated_at)
+       SELECT $1, 'ct_d' || i, 'not_required', 'api', $2, $2 FROM generate_series(1, $3) i`,
+      [topic.id, now, CONTACTS.length],
+    );
+    const c = await admin('POST', '/admin/campaigns', { subject: 'Drops', html: '<p>Hello</p>', from: 'News <news@sender.test>', topicId: topic.id });
+    campaignId = c.body.data.id;
+    expect((await admin('POST', `/admin/campaigns/${campaignId}/send`)).status).toBe(202);
+
+    // A transactional message the MTA screens out (a link to a blocklisted domain).
+    const key = (await admin('POST', '/admin/api-keys', { name: 'drops', scopes: ['transactional:send'] })).body.data.key as string;
+    const t = await bearerApi(() => app.backendUrl!, key)('POST', '/api/v1/transactional', {
+      to: 'ok3@drops.test',
+      from: 'Shop <shop@sender.test>',
+      subject: 'Your order',
+      html: '<p>See <a href="https://www.blocked.test/offer">this</a></p>',
+    });
+    expect(t.status).toBe(202);
+    screenedId = t.body.data.id;
+
+    await sink.waitUntil(() => ['ok1@drops.test', 'ok2@drops.test'].every((a) => sink.messages.some((m) => m.rcptTo.includes(a))), 60_000, 'the deliverable recipients');
+    await pollUntil(async () => (await logged('suppressed')).length === 2 && (await logged('screened')).length === 1, 60_000, () => 'the drops in the MTA log');
+    await pollUntil(async () => (await record()).filter((r) => r.status === 'delivered').length === 2, 60_000, () => 'the deliveries in the record');
+  }, 180_000);
+  afterAll(async () => {
+    await app?.close();
+    await Promise.all([sink?.close(), dns?.stop()]);
+  });
+
+  it('the MTA logs each drop, a suppressed one with its list reason', async () => {
+    expect((await logged('suppressed')).map((r) => [r.recipient, r.reason]).sort()).toEqual([
+      ['gone@drops.test', 'suppressed: manual'],
+      ['hard@drops.test', 'suppressed: hard_bounce'],
+    ]);
+    expect((await logged('screened')).map((r) => [r.recipient, r.reason])).toEqual([['ok3@drops.test', 'blocked_url']]);
+    // Nothing reached the sink for them, and no event moved their sends.
+    expect(sink.messages.filter((m) => m.rcptTo.some((r) => ['gone@drops.test', 'hard@drops.test', 'ok3@drops.test'].includes(r)))).toEqual([]);
+    const before = Object.fromEntries((await record()).map((r) => [r.email, r.status]));
+    expect(before['gone@drops.test']).toBe('sent');
+    expect(before['hard@drops.test']).toBe('sent');
+  });
+
+  it('a sweep puts them in the record (suppressed, failed with the screening rule); a second applies nothing', async () => {
+    expect(await drops().sweep()).toBe(3);
+    const rows = Object.fromEntries((await record()).map((r) => [r.email, r]));
+    expect(rows['gone@drops.test']).toMatchObject({ status: 'suppressed', reason: 'manual' });
+    expect(rows['hard@drops.test']).toMatchObject({ status: 'suppressed', reason: 'hard_bounce' });
+    expect(rows['ok1@drops.test']!.status).toBe('delivered');
+    const byState = (await admin('GET', `/admin/campaigns/${campaignId}/recipients?status=suppressed`)).body.data.map((r: { email: string }) => r.email).sort();
+    expect(byState).toEqual(['gone@drops.test', 'hard@drops.test']);
+
+    const sends = (await app.db.pool.query(`SELECT to_email, status FROM email_sends ORDER BY to_email`)).rows;
+    expect(sends.find((s) => s.to_email === 'ok3@drops.test')).toEqual({ to_email: 'ok3@drops.test', status: 'rejected' });
+    const ev = (await app.db.pool.query(`SELECT type, detail FROM feedback_events WHERE send_id = $1`, [screenedId])).rows;
+    expect(ev).toMatchObject([{ type: 'rejected', detail: { rejection: { reason: 'screened: blocked_url' } } }]);
+    // The blocklist follows the MTA's reason: a hard bounce is blocked here too, a manual entry is the MTA's own.
+    const blocked = (await app.db.pool.query(`SELECT email, reason FROM suppressions WHERE email LIKE '%@drops.test' ORDER BY email`)).rows;
+    expect(blocked).toEqual([{ email: 'hard@drops.test', reason: 'hard_bounce' }]);
+
+    expect(await drops().sweep()).toBe(0);
+  });
+
+  it('a reconciler that is new (a restart, a take-over) reads the look-back window and applies nothing twice', async () => {
+    const s = app.services;
+    const fresh = new MtaDropReconciler({
+      db: s.db,
+      clock: s.clock,
+      log: s.log,
+      events: new EventBus({ clock: s.clock, log: s.log }),
+      coord: s.coord,
+      mtaUrl: app.mtaUrl!,
+      apiKey: KEY,
+      organizationId: s.config.ORGANIZATION_ID,
+    });
+    try {
+      // The running instance holds the lease for a sweep period: the newcomer stands aside.
+      expect(await fresh.sweep()).toBe(0);
+      expect(await s.coord.leaseHolder('backend:leader:mta-drops')).not.toBeNull();
+      await s.coord.releaseLease('backend:leader:mta-drops', (await s.coord.leaseHolder('backend:leader:mta-drops'))!);
+      const seen = (await app.db.pool.query(`SELECT count(*)::int AS n FROM feedback_events WHERE provider_event_id LIKE 'delivery-log:%'`)).rows[0].n;
+      expect(seen).toBe(3);
+      expect(await fresh.sweep()).toBe(0);
+      expect((await app.db.pool.query(`SELECT count(*)::int AS n FROM feedback_events WHERE provider_event_id LIKE 'delivery-log:%'`)).rows[0].n).toBe(3);
+      expect(await s.coord.leaseHolder('backend:leader:mta-drops')).not.toBeNull();
+    } finally {
+      await fresh.stop();
+    }
+    // A stopping instance gives the lease up.
+    expect(await s.coord.leaseHolder('backend:leader:mta-drops')).toBeNull();
+    expect(MTA_DROPS.lookbackMs).toBeGreaterThan(MTA_DROPS.sweepEveryMs);
+  });
+
+  it('a later drop is applied by the next sweep; an unreachable MTA fails the sweep and writes nothing', async () => {
+    const key = (await admin('POST', '/admin/api-keys', { name: 'later', scopes: ['transactional:send'] })).body.data.key as string;
+    expect((await mta('POST', '/suppression', { addresses: ['later@drops.test'], reason: 'complaint' })).status).toBeLessThan(300);
+    const t = await bearerApi(() => app.backendUrl!, key)('POST', '/api/v1/transactional', { to: 'later@drops.test', from: 'shop@sender.test', subject: 'Hi', text: 'Hello' });
+    expect(t.status).toBe(202);
+    await pollUntil(async () => (await logged('suppressed')).length === 3, 60_000, () => 'the later drop in the MTA log');
+
+    const s = app.services;
+    const down = new MtaDropReconciler({
+      db: s.db,
+      clock: s.clock,
+      log: s.log,
+      events: new EventBus({ clock: s.clock, log: s.log }),
+      coord: s.coord,
+      mtaUrl: 'http://127.0.0.1:9',
+      apiKey: KEY,
+      organizationId: s.config.ORGANIZATION_ID,
+    });
+    await expect(down.sweep()).rejects.toThrow();
+    await down.stop(); // releases the lease it took
+    expect((await app.db.pool.query(`SELECT status FROM email_sends WHERE id = $1`, [t.body.data.id])).rows[0].status).toBe('accepted');
+
+    expect(await drops().sweep()).toBe(1);
+    expect((await app.db.pool.query(`SELECT status FROM email_sends WHERE id = $1`, [t.body.data.id])).rows[0].status).toBe('suppressed');
+    expect((await app.db.pool.query(`SELECT reason FROM suppressions WHERE email = 'later@drops.test'`)).rows).toEqual([{ reason: 'complaint' }]);
+  }, 90_000);
+});
