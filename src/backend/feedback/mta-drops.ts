@@ -11,11 +11,8 @@
  * sweep of this instance did, less MTA_DROPS.overlapMs for rows committed late; a fresh
  * instance (or a new lease holder) looks back MTA_DROPS.lookbackMs.
  */
-import type { Clock } from '../../shared/clock.js';
 import type { Coordination } from '../../shared/coord/types.js';
-import type { Db } from '../../shared/db/pool.js';
 import { newId } from '../../shared/crypto.js';
-import type { Logger } from '../../shared/log.js';
 import { PeerClient } from '../../shared/net/peer.js';
 import { MTA_LOG_PAGE_MAX, type MtaDeliveryLogPage, type MtaDeliveryLogRecord } from '../../shared/contracts/mta.js';
 import type { LifecycleEvent } from './lifecycle.js';
