@@ -2,7 +2,7 @@
  * A campaign sent from the dashboard through the real MTA to a loopback sink that rejects some
  * recipients with 550 (policy "spam": soft; user unknown: hard). The Campaigns screen shows the
  * progress and the per-recipient record by state; *Retry failed* resends only the soft bounces,
- * checked against the sink's own count. Setup as test/backend/admin/retry-mta.test.ts.
+ * checked against the sink's own count. Setup: test/harness/product.ts.
  *
  * 1,000 recipients (issue 23's acceptance). The rejections are spread evenly (2 in every 50) so
  * the bounce share of any window stays under the circuit breaker's slow threshold (8 % of 100,
@@ -10,18 +10,13 @@
  * run stays deterministic. The counts per state are read from the screen and paged through,
  * and equal the sink's own counts.
  */
-import { generateKeyPairSync } from 'node:crypto';
 import { existsSync, mkdirSync } from 'node:fs';
 import { chromium, type Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bearerApi, startTestApp, type TestApp } from '../harness/app.js';
-import { startDnsServer, type DnsServer } from '../harness/dns.js';
-import { startSmtpSink, type SmtpSink } from '../harness/smtp-sink.js';
+import { startProductToSink, type ProductToSink } from '../harness/product.js';
 
 const CHROMIUM = process.env.LM_CHROMIUM ?? '/usr/bin/chromium';
 const haveChromium = existsSync(CHROMIUM);
-const KEY = 'lm_mta_dash_0123456789abcdefghijklmnopqrstuvwxyz';
-const ADMIN = 'lm_admin_dash_0123456789abcdefghijklmnopqrstuvwxyz';
 const PASSWORD = 'correct horse battery staple';
 const N = 1000;
 /**
@@ -36,65 +31,34 @@ const SPAM = all.filter((i) => kind(i) === 'spam');
 const HARD = all.filter((i) => kind(i) === 'unknown');
 const SUPP = all.filter((i) => kind(i) === 'suppressed');
 const OK = all.filter((i) => kind(i) === 'ok');
-const pem = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
 
 describe.skipIf(!haveChromium)('campaign record and retry in the dashboard', () => {
-  let dns: DnsServer;
-  let sink: SmtpSink;
-  let app: TestApp;
+  let p: ProductToSink;
+  let app: ProductToSink['app'];
   let browser: Browser;
   let topicId: string;
-  const admin = bearerApi(() => app.backendUrl!, ADMIN);
-  const mta = bearerApi(() => app.mtaUrl!, KEY);
   let rejectSpam = true;
-  const accepted = (to: string) => sink.messages.filter((m) => m.rcptTo.includes(to)).length;
+  const accepted = (to: string) => p.sink.messages.filter((m) => m.rcptTo.includes(to)).length;
 
   beforeAll(async () => {
     mkdirSync('docs/screenshots', { recursive: true });
-    sink = await startSmtpSink({ host: '127.0.0.28', port: 0 });
-    sink.setRcptRule((rcpt) => {
+    p = await startProductToSink({ domain: 'retry.test', sinkHost: '127.0.0.28', name: 'dash' });
+    app = p.app;
+    p.sink.setRcptRule((rcpt) => {
       const i = Number(/^m(\d+)@/.exec(rcpt)?.[1] ?? -1);
       if (kind(i) === 'unknown') return { code: 550, message: `5.1.1 <${rcpt}>: Recipient address rejected: User unknown` };
       if (kind(i) === 'spam' && rejectSpam) return { code: 550, message: '5.7.1 Message rejected as spam by content filter' };
       return undefined;
     });
-    dns = await startDnsServer({ zones: { 'retry.test': [{ name: '@', type: 'MX', value: '10 mx.retry.test' }, { name: 'mx', type: 'A', value: '127.0.0.28' }] } });
-    app = await startTestApp({
-      role: 'all',
-      env: {
-        ADMIN_TOKEN: ADMIN,
-        MTA_API_KEY: KEY,
-        BASE_URL: 'http://127.0.0.1:9',
-        BOUNCE_VERP_KEY: 'dash-verp-key-0123456789abcdef',
-        BOUNCE_HOST: 'bounces.sender.test',
-        DNS_SERVERS: dns.servers,
-        MTA_DELIVERY_PORT: String(sink.port),
-        MTA_POOLS: 'transactional:127.0.0.2@mta1.sender.test;campaign:127.0.0.3@mta2.sender.test',
-        MTA_WARMED_IPS: '127.0.0.2,127.0.0.3',
-        EMAIL_PROVIDER: 'mta',
-      },
-    });
-    expect((await mta('POST', '/dkim', { domain: 'sender.test', selector: 'dash', privateKey: pem })).status).toBeLessThan(300);
-    expect((await mta('PUT', '/isp-profiles/retry.test', { defaultRate: 1_000_000, ceiling: 1_000_000, floor: 1, backoffFactor: 0.5, recoveryFactor: 1.1 })).status).toBeLessThan(300);
     // On the MTA's list only (as the Deliverability → Suppressions screen writes it): the backend learns of these drops from the MTA's delivery log.
-    expect((await mta('POST', '/suppression', { addresses: SUPP.map(addr), reason: 'manual' })).status).toBeLessThan(300);
-    topicId = (await admin('POST', '/admin/topics', { name: 'Retry list' })).body.data.id;
-    const now = new Date().toISOString();
-    await app.db.pool.query(
-      `INSERT INTO contacts (id, email, source, created_at, updated_at) SELECT 'ct_m' || lpad(i::text, 4, '0'), 'm' || lpad(i::text, 4, '0') || '@retry.test', 'api', $1, $1 FROM generate_series(0, $2 - 1) i`,
-      [now, N],
-    );
-    await app.db.pool.query(
-      `INSERT INTO topic_memberships (topic_id, contact_id, doi_status, source, created_at, updated_at) SELECT $1, 'ct_m' || lpad(i::text, 4, '0'), 'not_required', 'api', $2, $2 FROM generate_series(0, $3 - 1) i`,
-      [topicId, now, N],
-    );
-    expect((await admin('POST', '/admin/users', { email: 'ed@sender.test', password: PASSWORD, role: 'editor' })).status).toBe(201);
+    expect((await p.mta('POST', '/suppression', { addresses: SUPP.map(addr), reason: 'manual' })).status).toBeLessThan(300);
+    topicId = await p.topicWith('Retry list', all.map(addr));
+    expect((await p.admin('POST', '/admin/users', { email: 'ed@sender.test', password: PASSWORD, role: 'editor' })).status).toBe(201);
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'] });
   }, 120_000);
   afterAll(async () => {
     await browser?.close();
-    await app?.close();
-    await Promise.all([sink?.close(), dns?.stop()]);
+    await p?.close();
   });
 
   it('compose and send as an editor; the record shows each state; retry resends only the soft bounces', async () => {
@@ -196,7 +160,7 @@ describe.skipIf(!haveChromium)('campaign record and retry in the dashboard', () 
     rejectSpam = false;
     await page.getByRole('button', { name: 'Retry failed' }).click();
     await page.getByText(`${SPAM.length} failed recipients queued again.`).waitFor();
-    await sink.waitUntil(() => SPAM.every((i) => accepted(addr(i)) === 1), 120_000, 'the resent messages');
+    await p.sink.waitUntil(() => SPAM.every((i) => accepted(addr(i)) === 1), 120_000, 'the resent messages');
     // "By state" counts sends: the soft bounces' first sends stay bounced beside their resends.
     expect(await settled(OK.length + SPAM.length, SPAM.length + HARD.length)).toEqual({ delivered: OK.length + SPAM.length, bounced: SPAM.length + HARD.length, suppressed: SUPP.length });
     // Paged through the whole record: exactly the sink's accepted recipients are delivered.

@@ -4,74 +4,43 @@
  * log, read by the backend's reconciler (src/backend/feedback/mta-drops.ts). Real product
  * (role all): backend → MTA /send → pipeline → delivery to a loopback sink.
  */
-import { generateKeyPairSync } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bearerApi, startTestApp, type TestApp } from '../../harness/app.js';
-import { pollUntil, startDnsServer, type DnsServer } from '../../harness/dns.js';
-import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
+import { bearerApi } from '../../harness/app.js';
+import { pollUntil } from '../../harness/dns.js';
+import { startProductToSink, type ProductToSink } from '../../harness/product.js';
 import { MtaDropReconciler } from '../../../src/backend/feedback/mta-drops.js';
 import { MTA_DROPS } from '../../../src/backend/feedback/policy.js';
 import { EventBus } from '../../../src/backend/events.js';
 
-const KEY = 'lm_mta_drops_0123456789abcdefghijklmnopqrstuvwxyz';
-const ADMIN = 'lm_admin_drops_0123456789abcdefghijklmnopqrstuvwxyz';
-const pem = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
 const CONTACTS = ['ok1@drops.test', 'ok2@drops.test', 'gone@drops.test', 'hard@drops.test'];
 
 describe('sends the MTA drops silently reach the record', () => {
-  let dns: DnsServer;
-  let sink: SmtpSink;
-  let app: TestApp;
+  let p: ProductToSink;
+  let app: ProductToSink['app'];
   let campaignId: string;
   let screenedId: string;
-  const admin = bearerApi(() => app.backendUrl!, ADMIN);
-  const mta = bearerApi(() => app.mtaUrl!, KEY);
+  const admin: ProductToSink['admin'] = (...a) => p.admin(...a);
+  const mta: ProductToSink['mta'] = (...a) => p.mta(...a);
   const drops = () => app.backend!.app.mtaDrops!;
+  /** Another reconciler on the same store and coordination (a second instance), reading the MTA at `mtaUrl`. */
+  const reconciler = (mtaUrl: string) => {
+    const s = app.services;
+    const events = new EventBus({ clock: s.clock, log: s.log });
+    return new MtaDropReconciler({ db: s.db, clock: s.clock, log: s.log, events, coord: s.coord, mtaUrl, apiKey: s.config.MTA_API_KEY!, organizationId: s.config.ORGANIZATION_ID });
+  };
   const record = async () =>
     (await admin('GET', `/admin/campaigns/${campaignId}/recipients?limit=100`)).body.data as { email: string; status: string; reason: string | null }[];
   const logged = async (status: string) => (await mta('GET', `/delivery-logs?status=${status}&limit=100`)).body.data as { reason: string; recipient: string }[];
 
   beforeAll(async () => {
-    sink = await startSmtpSink({ host: '127.0.0.28', port: 0 });
-    dns = await startDnsServer({
-      zones: {
-        'drops.test': [
-          { name: '@', type: 'MX', value: '10 mx.drops.test' },
-          { name: 'mx', type: 'A', value: '127.0.0.28' },
-        ],
-      },
-    });
-    app = await startTestApp({
-      role: 'all',
-      env: {
-        ADMIN_TOKEN: ADMIN,
-        MTA_API_KEY: KEY,
-        BASE_URL: 'http://127.0.0.1:9',
-        DNS_SERVERS: dns.servers,
-        MTA_DELIVERY_PORT: String(sink.port),
-        MTA_POOLS: 'transactional:127.0.0.2@mta1.sender.test;campaign:127.0.0.3@mta2.sender.test',
-        MTA_WARMED_IPS: '127.0.0.2,127.0.0.3',
-        CONTENT_URL_BLOCKLIST: 'blocked.test',
-        EMAIL_PROVIDER: 'mta',
-      },
-    });
-    expect((await mta('POST', '/dkim', { domain: 'sender.test', selector: 'drops', privateKey: pem })).status).toBeLessThan(300);
+    p = await startProductToSink({ domain: 'drops.test', sinkHost: '127.0.0.29', name: 'drops', env: { CONTENT_URL_BLOCKLIST: 'blocked.test' } });
+    app = p.app;
     // On the MTA's list only: the backend does not know these addresses are suppressed.
     expect((await mta('POST', '/suppression', { addresses: ['gone@drops.test'], reason: 'manual' })).status).toBeLessThan(300);
     expect((await mta('POST', '/suppression', { addresses: ['hard@drops.test'], reason: 'hard_bounce' })).status).toBeLessThan(300);
 
-    const topic = (await admin('POST', '/admin/topics', { name: 'Drops' })).body.data;
-    const now = new Date().toISOString();
-    await app.db.pool.query(
-      `INSERT INTO contacts (id, email, source, created_at, updated_at) SELECT 'ct_d' || i, e, 'api', $1, $1 FROM unnest($2::text[]) WITH ORDINALITY AS u(e, i)`,
-      [now, CONTACTS],
-    );
-    await app.db.pool.query(
-      `INSERT INTO topic_memberships (topic_id, contact_id, doi_status, source, created_at, updated_at)
-       SELECT $1, 'ct_d' || i, 'not_required', 'api', $2, $2 FROM generate_series(1, $3) i`,
-      [topic.id, now, CONTACTS.length],
-    );
-    const c = await admin('POST', '/admin/campaigns', { subject: 'Drops', html: '<p>Hello</p>', from: 'News <news@sender.test>', topicId: topic.id });
+    const topicId = await p.topicWith('Drops', CONTACTS);
+    const c = await admin('POST', '/admin/campaigns', { subject: 'Drops', html: '<p>Hello</p>', from: 'News <news@sender.test>', topicId });
     campaignId = c.body.data.id;
     expect((await admin('POST', `/admin/campaigns/${campaignId}/send`)).status).toBe(202);
 
@@ -86,13 +55,12 @@ describe('sends the MTA drops silently reach the record', () => {
     expect(t.status).toBe(202);
     screenedId = t.body.data.id;
 
-    await sink.waitUntil(() => ['ok1@drops.test', 'ok2@drops.test'].every((a) => sink.messages.some((m) => m.rcptTo.includes(a))), 60_000, 'the deliverable recipients');
+    await p.sink.waitUntil(() => ['ok1@drops.test', 'ok2@drops.test'].every((a) => p.sink.messages.some((m) => m.rcptTo.includes(a))), 60_000, 'the deliverable recipients');
     await pollUntil(async () => (await logged('suppressed')).length === 2 && (await logged('screened')).length === 1, 60_000, () => 'the drops in the MTA log');
     await pollUntil(async () => (await record()).filter((r) => r.status === 'delivered').length === 2, 60_000, () => 'the deliveries in the record');
   }, 180_000);
   afterAll(async () => {
-    await app?.close();
-    await Promise.all([sink?.close(), dns?.stop()]);
+    await p?.close();
   });
 
   it('the MTA logs each drop, a suppressed one with its list reason', async () => {
@@ -102,7 +70,7 @@ describe('sends the MTA drops silently reach the record', () => {
     ]);
     expect((await logged('screened')).map((r) => [r.recipient, r.reason])).toEqual([['ok3@drops.test', 'blocked_url']]);
     // Nothing reached the sink for them, and no event moved their sends.
-    expect(sink.messages.filter((m) => m.rcptTo.some((r) => ['gone@drops.test', 'hard@drops.test', 'ok3@drops.test'].includes(r)))).toEqual([]);
+    expect(p.sink.messages.filter((m) => m.rcptTo.some((r) => ['gone@drops.test', 'hard@drops.test', 'ok3@drops.test'].includes(r)))).toEqual([]);
     const before = Object.fromEntries((await record()).map((r) => [r.email, r.status]));
     expect(before['gone@drops.test']).toBe('sent');
     expect(before['hard@drops.test']).toBe('sent');
@@ -130,16 +98,7 @@ describe('sends the MTA drops silently reach the record', () => {
 
   it('a reconciler that is new (a restart, a take-over) reads the look-back window and applies nothing twice', async () => {
     const s = app.services;
-    const fresh = new MtaDropReconciler({
-      db: s.db,
-      clock: s.clock,
-      log: s.log,
-      events: new EventBus({ clock: s.clock, log: s.log }),
-      coord: s.coord,
-      mtaUrl: app.mtaUrl!,
-      apiKey: KEY,
-      organizationId: s.config.ORGANIZATION_ID,
-    });
+    const fresh = reconciler(app.mtaUrl!);
     try {
       // The running instance holds the lease for a sweep period: the newcomer stands aside.
       expect(await fresh.sweep()).toBe(0);
@@ -165,17 +124,7 @@ describe('sends the MTA drops silently reach the record', () => {
     expect(t.status).toBe(202);
     await pollUntil(async () => (await logged('suppressed')).length === 3, 60_000, () => 'the later drop in the MTA log');
 
-    const s = app.services;
-    const down = new MtaDropReconciler({
-      db: s.db,
-      clock: s.clock,
-      log: s.log,
-      events: new EventBus({ clock: s.clock, log: s.log }),
-      coord: s.coord,
-      mtaUrl: 'http://127.0.0.1:9',
-      apiKey: KEY,
-      organizationId: s.config.ORGANIZATION_ID,
-    });
+    const down = reconciler('http://127.0.0.1:9');
     await expect(down.sweep()).rejects.toThrow();
     await down.stop(); // releases the lease it took
     expect((await app.db.pool.query(`SELECT status FROM email_sends WHERE id = $1`, [t.body.data.id])).rows[0].status).toBe('accepted');
