@@ -21,6 +21,11 @@ export const BODY_INSERT = `INSERT INTO mta_submission_bodies (id, raw, job_ids,
     FROM unnest($1::text[], $3::int[], $4::int[], $6::text[]) AS u (id, at, len, jobs)`;
 
 export function bodyValues(bodies: { id: string; raw: Buffer; jobIds: string[] }[], now: number): unknown[] {
+  return [...bodyParts(bodies), now, bodies.map((b) => b.jobIds.join(','))];
+}
+
+/** The bodies as parameters: ids, all octets in one bytea, 1-based offsets, lengths. */
+export function bodyParts(bodies: { id: string; raw: Buffer }[]): [string[], Buffer, number[], number[]] {
   const offsets: number[] = [];
   const lengths: number[] = [];
   let at = 1;
@@ -29,8 +34,19 @@ export function bodyValues(bodies: { id: string; raw: Buffer; jobIds: string[] }
     lengths.push(b.raw.length);
     at += b.raw.length;
   }
-  return [bodies.map((b) => b.id), Buffer.concat(bodies.map((b) => b.raw), at - 1), offsets, lengths, now, bodies.map((b) => b.jobIds.join(','))];
+  return [bodies.map((b) => b.id), Buffer.concat(bodies.map((b) => b.raw), at - 1), offsets, lengths];
 }
+
+/**
+ * BODY_INSERT as a CTE of the queue's folded enqueue (Queue.enqueueFolded), where the job ids
+ * are drawn by the same statement: read from its `input` by each job's body number. Parameters
+ * from $a: bodyParts (4), created_at, each job's body (1-based, in the jobs' order).
+ */
+export const foldedBodyInsert = (a: number): string => `INSERT INTO mta_submission_bodies (id, raw, job_ids, created_at)
+  SELECT u.id, substring($${a + 1}::bytea FROM u.at FOR u.len), j.ids, $${a + 4}
+    FROM unnest($${a}::text[], $${a + 2}::int[], $${a + 3}::int[]) WITH ORDINALITY AS u (id, at, len, n)
+    JOIN (SELECT b.n, array_agg(i.id ORDER BY i.ord) AS ids
+            FROM unnest($${a + 5}::int[]) WITH ORDINALITY AS b (n, ord) JOIN input i ON i.ord = b.ord GROUP BY b.n) j ON j.n = u.n`;
 
 /** A body missing for a job that names it (never expected: both are written together). */
 export class MissingBodyError extends Error {}

@@ -1,19 +1,20 @@
 /**
  * Durable, idempotent intake of one submitted message (mta.md → idempotency rules 1–4): in
- * one transaction the intake receipt is taken (or found, locked), its binding checked, and
- * a job queued for each recipient the receipt does not already hold. The 250 follows the
+ * one statement (new identities) or one transaction the intake receipt is taken (or found,
+ * locked), its binding checked, and a job queued for each recipient the receipt does not
+ * already hold. The 250 follows the
  * commit, so a client that never saw it retries and gets the same job ids, never new jobs.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { Batcher } from '../../shared/batch.js';
 import type { Clock } from '../../shared/clock.js';
 import { tx, type Db } from '../../shared/db/pool.js';
-import type { Queue } from '../../shared/queue/queue.js';
+import { FOLD_PARAM, FoldRejected, type EnqueueFold, type Queue } from '../../shared/queue/queue.js';
 import type { EnqueueInput } from '../../shared/queue/types.js';
 import { domainOf } from '../../shared/mail/address.js';
 import { groupKeyOf, type MtaQueuedPayload } from '../job.js';
 import type { MtaPolicy } from '../policy.js';
-import { BODY_INSERT, bodyValues, type SubmissionBodies } from './bodies.js';
+import { BODY_INSERT, bodyParts, bodyValues, foldedBodyInsert, type SubmissionBodies } from './bodies.js';
 
 export type SubmissionPrincipal =
   | { kind: 'master'; organizationId: string }
@@ -43,14 +44,28 @@ export interface Submission {
   dedupOff: boolean;
 }
 
-/** The optimistic write met a receipt that exists (rolled back, written again reading it). */
-class ReceiptExists extends Error {}
-
 // One row per identity, in identity order (lock order); the parameters' numbers are given.
 const receiptInsert = (identities: string, bindings: string, expires: string) =>
   `INSERT INTO mta_submission_receipts (identity, binding, expires_at) SELECT i, b, ${expires} FROM unnest(${identities}::text[], ${bindings}::text[]) AS u (i, b) ORDER BY i ON CONFLICT (identity) DO NOTHING RETURNING identity`;
 // $7 identities, $8 recipients, $9 job ids (after bodyValues' $1–$6).
 const JOBS_INSERT = 'INSERT INTO mta_submission_jobs (identity, recipient, job_id) SELECT * FROM unnest($7::text[], $8::text[], $9::text[]) ON CONFLICT DO NOTHING';
+
+// The usual batch's whole write, carried by the queue's enqueue statement (Queue.enqueueFolded):
+// bodies, the receipts' job rows (job ids read from the statement's `input`) and the receipts.
+// Parameters after the queue's: foldedBodyInsert's 6, then identities, recipients, each row's
+// job (1-based), then the receipts' identities, bindings and expiry. The receipts' job rows
+// reference receipts inserted by the same statement: foreign keys are checked at its end.
+const F = (n: number) => `$${FOLD_PARAM + n}`;
+const FOLD: Pick<EnqueueFold, 'name' | 'ctes' | 'guard'> = {
+  name: 'submission_write',
+  ctes: `lm_sub_bodies AS (${foldedBodyInsert(FOLD_PARAM)}),
+  lm_sub_jobs AS (INSERT INTO mta_submission_jobs (identity, recipient, job_id)
+    SELECT w.identity, w.rcpt, i.id::text FROM unnest(${F(6)}::text[], ${F(7)}::text[], ${F(8)}::int[]) AS w (identity, rcpt, at) JOIN input i ON i.ord = w.at
+    ON CONFLICT DO NOTHING),
+  lm_sub_receipts AS (${receiptInsert(F(9), F(10), F(11))})`,
+  // Every receipt new: one that exists (a retry, a reused key) fails the statement.
+  guard: `(SELECT count(*) FROM lm_sub_receipts) = cardinality(${F(9)}::text[])`,
+};
 
 const h = (...parts: string[]) => createHash('sha256').update(parts.join('\0')).digest('base64url');
 const messageIdOf = (identity: string, to: string) => `smtp-${h(identity, to).slice(0, 32)}`;
@@ -59,6 +74,18 @@ interface Prepared {
   s: Submission;
   identity: string;
   binding: string;
+}
+
+/** What a batch queues, given its receipts' bindings and the jobs they already hold. */
+interface Plan {
+  /** Per item: its recipients' job ids so far (filled once the jobs are queued), or its 554. */
+  results: (Map<string, string> | KeyReuseError)[];
+  inputs: EnqueueInput<MtaQueuedPayload>[];
+  /** One body per submission that queues anything; inputs[k] reads bodies[bodyOf[k]]. */
+  bodies: { id: string; raw: Buffer; jobIds: string[] }[];
+  bodyOf: number[];
+  /** The receipts' job rows to write: inputs[at] is the job. */
+  wanted: { item: number; identity: string; rcpt: string; at: number }[];
 }
 
 export class SubmissionIntake {
@@ -71,8 +98,8 @@ export class SubmissionIntake {
     private readonly clock: Clock,
     private readonly policy: MtaPolicy,
   ) {
-    // Group commit (src/shared/batch.ts): concurrent submissions share one transaction and
-    // its WAL flush; each is answered only once that transaction has committed.
+    // Group commit (src/shared/batch.ts): concurrent submissions share one commit and its WAL
+    // flush; each is answered only once that commit is done.
     this.batcher = new Batcher((items) => this.write(items), policy.submission.intakeBatch);
   }
 
@@ -89,51 +116,105 @@ export class SubmissionIntake {
   }
 
   /**
-   * The usual batch holds only new identities, so it is first written optimistically: jobs
-   * queued, then receipts, bodies and the receipts' job rows in one statement (4 round trips
-   * with BEGIN and COMMIT). A receipt that already exists (a retry, a reused key) rolls that
-   * back and the batch is written again reading the receipts first.
+   * The usual batch holds only new identities, so it is first written optimistically, in one
+   * round trip: one statement queues the jobs and writes receipts, bodies and the receipts' job
+   * rows, and commits alone. A receipt that already exists (a retry, a reused key) or a job's
+   * dedupe key already taken fails that statement, nothing written, and the batch is written
+   * again in a transaction reading the receipts first.
    */
   private async write(items: Prepared[]): Promise<(string[] | KeyReuseError)[]> {
     try {
-      return await this.writeWith(items, true);
+      return await this.writeFolded(items);
     } catch (err) {
-      if (!(err instanceof ReceiptExists)) throw err;
-      return this.writeWith(items, false);
+      if (!(err instanceof FoldRejected)) throw err;
+      return this.writeCareful(items);
     }
   }
 
-  private async writeWith(items: Prepared[], optimistic: boolean): Promise<(string[] | KeyReuseError)[]> {
+  /** One row per identity: the first submission of it in the batch (in lock order) binds it. */
+  private firstBindings(items: Prepared[]): { order: number[]; firstOf: Map<string, string> } {
+    // Receipts are locked in one order, so two batches holding the same identities cannot deadlock.
+    const order = items.map((_, i) => i).sort((a, b) => (items[a]!.identity < items[b]!.identity ? -1 : items[a]!.identity > items[b]!.identity ? 1 : a - b));
+    const firstOf = new Map<string, string>();
+    for (const n of order) if (!firstOf.has(items[n]!.identity)) firstOf.set(items[n]!.identity, items[n]!.binding);
+    return { order, firstOf };
+  }
+
+  private plan(items: Prepared[], order: number[], receipt: Map<string, { binding: string }>, known: Map<string, string>, now: number): Plan {
+    const p: Plan = { results: new Array(items.length), inputs: [], bodies: [], bodyOf: [], wanted: [] };
+    const planned = new Map<string, number>();
+    for (const n of order) {
+      const { s, identity, binding } = items[n]!;
+      if (receipt.get(identity)!.binding !== binding) {
+        p.results[n] = new KeyReuseError('key reused with a different sender or message');
+        continue;
+      }
+      const recipients = [...new Set(s.recipients)];
+      const result = new Map(recipients.filter((r) => known.has(`${identity}\0${r}`)).map((r) => [r, known.get(`${identity}\0${r}`)!]));
+      p.results[n] = result;
+      let body = -1;
+      for (const to of recipients) {
+        if (result.has(to)) continue;
+        // The same identity twice in one batch: its job is enqueued once and both get its id.
+        const key = `${identity}\0${to}`;
+        let at = planned.get(key);
+        if (at === undefined) {
+          if (body < 0) body = p.bodies.push({ id: this.bodies.newId(), raw: s.raw, jobIds: [] }) - 1;
+          at = p.inputs.push(this.input(s, identity, to, p.bodies[body]!.id, now)) - 1;
+          p.bodyOf[at] = body;
+          planned.set(key, at);
+        }
+        p.wanted.push({ item: n, identity, rcpt: to, at });
+      }
+    }
+    return p;
+  }
+
+  /** The plan's answers once its jobs are queued (ids[k]: inputs[k]'s job). */
+  private answers(items: Prepared[], p: Plan, ids: string[]): (string[] | KeyReuseError)[] {
+    for (const w of p.wanted) (p.results[w.item] as Map<string, string>).set(w.rcpt, ids[w.at]!);
+    return p.results.map((r, n) => (r instanceof Map ? items[n]!.s.recipients.map((rcpt) => r.get(rcpt)!) : r));
+  }
+
+  /** Every identity new: one statement (Queue.enqueueFolded), FoldRejected when one is not. */
+  private async writeFolded(items: Prepared[]): Promise<(string[] | KeyReuseError)[]> {
+    const now = this.clock.now();
+    const { order, firstOf } = this.firstBindings(items);
+    const receipt = new Map([...firstOf].map(([i, binding]) => [i, { binding }]));
+    const p = this.plan(items, order, receipt, new Map(), now);
+    // Nothing to queue (never for new identities): the receipts are read, not assumed.
+    if (p.inputs.length === 0) throw new FoldRejected('nothing to queue');
+    const values = [
+      ...bodyParts(p.bodies),
+      now,
+      p.bodyOf.map((b) => b + 1),
+      p.wanted.map((w) => w.identity),
+      p.wanted.map((w) => w.rcpt),
+      p.wanted.map((w) => w.at + 1),
+      [...firstOf.keys()],
+      [...firstOf.values()],
+      now + this.policy.submission.receiptMs,
+    ];
+    const ids = await this.queue.enqueueFolded(p.inputs, { ...FOLD, values });
+    return this.answers(items, p, ids);
+  }
+
+  /** Some identity exists: its receipt locked and read, its jobs kept, in one transaction. */
+  private async writeCareful(items: Prepared[]): Promise<(string[] | KeyReuseError)[]> {
     const now = this.clock.now();
     const expires = now + this.policy.submission.receiptMs;
     return tx(this.db, async (c) => {
-      const results: (string[] | KeyReuseError | Map<string, string>)[] = new Array(items.length);
-      // Receipts are locked in one order, so two batches holding the same identities cannot deadlock.
-      const order = items.map((_, i) => i).sort((a, b) => (items[a]!.identity < items[b]!.identity ? -1 : items[a]!.identity > items[b]!.identity ? 1 : a - b));
-      const inputs: EnqueueInput<MtaQueuedPayload>[] = [];
-      // One body per submission that queues anything; inputs[k] reads bodyOf[k].
-      const bodies: { id: string; raw: Buffer; jobIds: string[] }[] = [];
-      const bodyOf: number[] = [];
-      const wanted: { item: number; identity: string; rcpt: string; at: number }[] = [];
-      const planned = new Map<string, number>();
-      // Set-based: two statements for the usual batch (jobs; receipts, bodies and the receipts'
-      // job rows), whatever its size; three to five when identities are retried.
-      // One row per identity: the first submission of it in the batch binds it.
-      const firstOf = new Map<string, string>();
-      for (const n of order) if (!firstOf.has(items[n]!.identity)) firstOf.set(items[n]!.identity, items[n]!.binding);
+      const { order, firstOf } = this.firstBindings(items);
       const ids0 = [...firstOf.keys()];
-      // Optimistic: every identity new, its receipt inserted at the end. Otherwise the new rows,
-      // inserted (and so locked) here, are bound to this attempt and have no jobs yet, so only the
-      // existing ones are locked and read.
-      const inserted = optimistic
-        ? ids0
-        : (
-            await c.query<{ identity: string }>({
-              name: 'lm_submission_receipts_insert',
-              text: receiptInsert('$1', '$2', '$3'),
-              values: [ids0, [...firstOf.values()], expires],
-            })
-          ).rows.map((r) => r.identity);
+      // The new rows, inserted (and so locked) here, are bound to this attempt and have no jobs
+      // yet, so only the existing ones are locked and read.
+      const inserted = (
+        await c.query<{ identity: string }>({
+          name: 'lm_submission_receipts_insert',
+          text: receiptInsert('$1', '$2', '$3'),
+          values: [ids0, [...firstOf.values()], expires],
+        })
+      ).rows.map((r) => r.identity);
       const receipt = new Map<string, { binding: string }>(inserted.map((i) => [i, { binding: firstOf.get(i)! }]));
       const existing = ids0.filter((i) => !receipt.has(i));
       const known = new Map<string, string>();
@@ -157,50 +238,16 @@ export class SubmissionIntake {
         const knownRows = await c.query<{ identity: string; recipient: string; job_id: string }>('SELECT identity, recipient, job_id FROM mta_submission_jobs WHERE identity = ANY ($1::text[])', [existing]);
         for (const k of knownRows.rows) known.set(`${k.identity}\0${k.recipient}`, k.job_id);
       }
-      for (const n of order) {
-        const { s, identity, binding } = items[n]!;
-        if (receipt.get(identity)!.binding !== binding) {
-          results[n] = new KeyReuseError('key reused with a different sender or message');
-          continue;
-        }
-        const recipients = [...new Set(s.recipients)];
-        results[n] = new Map(recipients.filter((r) => known.has(`${identity}\0${r}`)).map((r) => [r, known.get(`${identity}\0${r}`)!]));
-        let body = -1;
-        for (const to of recipients) {
-          if ((results[n] as Map<string, string>).has(to)) continue;
-          // The same identity twice in one batch: its job is enqueued once and both get its id.
-          const key = `${identity}\0${to}`;
-          let at = planned.get(key);
-          if (at === undefined) {
-            if (body < 0) body = bodies.push({ id: this.bodies.newId(), raw: s.raw, jobIds: [] }) - 1;
-            at = inputs.push(this.input(s, identity, to, bodies[body]!.id, now)) - 1;
-            bodyOf[at] = body;
-            planned.set(key, at);
-          }
-          wanted.push({ item: n, identity, rcpt: to, at });
-        }
-      }
-      // Nothing to queue (never for new identities): the receipts are read, not assumed.
-      if (optimistic && inputs.length === 0) throw new ReceiptExists();
-      if (inputs.length > 0) {
-        const ids = await this.queue.enqueueMany(inputs, c);
-        ids.forEach((id, k) => bodies[bodyOf[k]!]!.jobIds.push(id));
-        const values = [...bodyValues(bodies, now), wanted.map((w) => w.identity), wanted.map((w) => w.rcpt), wanted.map((w) => ids[w.at]!)];
-        if (optimistic) {
-          // The receipts' job rows reference receipts inserted by the same statement: foreign keys
-          // are checked at its end.
-          const r = await c.query({
-            name: 'lm_submission_write_all',
-            text: `WITH bodies AS (${BODY_INSERT}), jobs AS (${JOBS_INSERT}) ${receiptInsert('$10', '$11', '$12')}`,
-            values: [...values, ids0, [...firstOf.values()], expires],
-          });
-          if (r.rows.length !== ids0.length) throw new ReceiptExists();
-        } else {
-          await c.query({ name: 'lm_submission_jobs_insert', text: `WITH bodies AS (${BODY_INSERT}) ${JOBS_INSERT}`, values });
-        }
-        for (const w of wanted) (results[w.item] as Map<string, string>).set(w.rcpt, ids[w.at]!);
-      }
-      return results.map((r, n) => (r instanceof Map ? items[n]!.s.recipients.map((rcpt) => r.get(rcpt)!) : (r as KeyReuseError)));
+      const p = this.plan(items, order, receipt, known, now);
+      if (p.inputs.length === 0) return this.answers(items, p, []);
+      const ids = await this.queue.enqueueMany(p.inputs, c);
+      ids.forEach((id, k) => p.bodies[p.bodyOf[k]!]!.jobIds.push(id));
+      await c.query({
+        name: 'lm_submission_jobs_insert',
+        text: `WITH bodies AS (${BODY_INSERT}) ${JOBS_INSERT}`,
+        values: [...bodyValues(p.bodies, now), p.wanted.map((w) => w.identity), p.wanted.map((w) => w.rcpt), p.wanted.map((w) => ids[w.at]!)],
+      });
+      return this.answers(items, p, ids);
     });
   }
 

@@ -14,18 +14,32 @@ export const DEDUP_PARAM = 'XLETTERMILLDEDUP';
 /** mta.md rule 1: 1 to 200 characters from `A-Z a-z 0-9 . _ ~ : + -`. */
 export const isIdempotencyKey = (k: string): boolean => /^[A-Za-z0-9._~:+-]{1,200}$/.test(k);
 
-/** Where the header block ends: the index just after its last CRLF (the blank line follows). */
-function headerEnd(latin1: string): number {
-  if (latin1.startsWith('\r\n')) return 0;
-  const i = latin1.indexOf('\r\n\r\n');
-  return i < 0 ? latin1.length : i + 2;
+const HEADER_LIMIT = 1024 * 1024;
+
+/**
+ * The header block as latin1, up to just after its last CRLF (the blank line follows), within
+ * the first MB; found in the bytes, so the body is never decoded.
+ */
+function headerBlock(raw: Buffer): string {
+  const limit = Math.min(raw.length, HEADER_LIMIT);
+  if (limit >= 2 && raw[0] === 0x0d && raw[1] === 0x0a) return '';
+  const head = raw.subarray(0, limit);
+  const i = head.indexOf('\r\n\r\n');
+  return head.toString('latin1', 0, i < 0 ? limit : i + 2);
+}
+
+interface Field {
+  name: string;
+  value: string;
+  start: number;
+  end: number;
 }
 
 /** The header block's fields, each with its byte range and unfolded value. */
-function fields(raw: Buffer): { name: string; value: string; start: number; end: number }[] {
-  const text = raw.subarray(0, Math.min(raw.length, 1024 * 1024)).toString('latin1');
-  const end = headerEnd(text);
-  const out: { name: string; value: string; start: number; end: number }[] = [];
+function fields(raw: Buffer): Field[] {
+  const text = headerBlock(raw);
+  const end = text.length;
+  const out: Field[] = [];
   let pos = 0;
   while (pos < end) {
     let next = text.indexOf('\r\n', pos);
@@ -48,17 +62,23 @@ export interface SubmittedHeaders {
   from: string[];
   idempotencyKey: string[];
   dedup: string[];
+  /** The Bcc fields' byte ranges (stripBcc). */
+  bcc: { start: number; end: number }[];
 }
 
+/** One pass over the header block: what submission reads and the Bcc fields it removes. */
 export function readHeaders(raw: Buffer): SubmittedHeaders {
   const f = fields(raw);
   const all = (name: string) => f.filter((x) => x.name === name.toLowerCase()).map((x) => x.value);
-  return { from: all('from'), idempotencyKey: all(IDEMPOTENCY_HEADER), dedup: all(DEDUP_HEADER) };
+  return { from: all('from'), idempotencyKey: all(IDEMPOTENCY_HEADER), dedup: all(DEDUP_HEADER), bcc: f.filter((x) => x.name === 'bcc') };
 }
 
-/** The message without its Bcc fields (RFC 6409 §8.1 lets the submission server remove them). */
-export function stripBcc(raw: Buffer): Buffer {
-  const bcc = fields(raw).filter((x) => x.name === 'bcc');
+/**
+ * The message without its Bcc fields (RFC 6409 §8.1 lets the submission server remove them);
+ * `headers`: readHeaders of the same bytes, read already.
+ */
+export function stripBcc(raw: Buffer, headers: Pick<SubmittedHeaders, 'bcc'> = readHeaders(raw)): Buffer {
+  const { bcc } = headers;
   if (bcc.length === 0) return raw;
   const parts: Buffer[] = [];
   let at = 0;

@@ -80,7 +80,7 @@ export function createSubmissionServer(o: SubmissionOptions): InboundSmtpServer 
         principal,
         sender: normalizeAddress(msg.mailFrom)!,
         data: msg.raw,
-        raw: stripBcc(msg.raw),
+        raw: stripBcc(msg.raw, headers),
         from: from.address,
         dkimDomain: domainOf(from.address),
         recipients: msg.targets.map((t) => t.address),

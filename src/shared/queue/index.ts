@@ -1,3 +1,3 @@
 export * from './types.js';
-export { Queue, QUEUE_CHANNEL, type FinishItem, type MaintainResult, type PendingFilter } from './queue.js';
+export { Queue, QUEUE_CHANNEL, FOLD_PARAM, FoldRejected, type EnqueueFold, type FinishItem, type MaintainResult, type PendingFilter } from './queue.js';
 export { Worker, type HandlerContext, type JobHandler, type WorkerOptions } from './worker.js';

@@ -136,7 +136,7 @@ function checkDelay(name: string, v: number | undefined): void {
 // concurrent finish that deleted or recomputed the row is handled, never below the group's
 // pause (an enqueue does not un-pause a group); NOTIFY fires on commit when something is due
 // now (a paused group's workers merely find nothing to claim).
-const ENQUEUE_SQL = (returnRows: boolean) => `
+const ENQUEUE_SQL = (returnRows: boolean, fold?: Pick<EnqueueFold, 'ctes' | 'guard'>) => `
   WITH input AS MATERIALIZED (
     SELECT nextval('queue_jobs_id_seq') AS id, t.*
       FROM unnest($2::text[], $3::integer[], $4::integer[], $11::integer[], $5::timestamptz[], $6::text[], $7::text[])
@@ -157,14 +157,50 @@ const ENQUEUE_SQL = (returnRows: boolean) => `
     RETURNING 1
   ), wake AS (
     SELECT pg_notify('${QUEUE_CHANNEL}', $1) FROM (SELECT 1 FROM ins n WHERE n.run_at <= $9 LIMIT 1) due
-  )
+  )${fold ? `, ${fold.ctes}, ${FOLD_GUARD(fold.guard)}` : ''}
   SELECT i.ord, i.id AS new_id, (n.id IS NOT NULL) AS inserted, i.dedupe_key AS input_dedupe_key
-         ${returnRows ? ', n.*' : ''}
+         ${returnRows ? ', n.*' : ''}${fold ? ', lm_fold_ok' : ''}
     FROM input i
     LEFT JOIN ins n ON n.id = i.id
     CROSS JOIN (SELECT count(*) AS c FROM wake) w
-    CROSS JOIN (SELECT count(*) AS c FROM grp) gg
+    CROSS JOIN (SELECT count(*) AS c FROM grp) gg${fold ? ' CROSS JOIN lm_fold_guard' : ''}
    ORDER BY i.ord`;
+
+/** Parameter number of an EnqueueFold's first value (the enqueue's own are $1–$11). */
+export const FOLD_PARAM = 12;
+
+const FOLD_REJECTED = 'lm_enqueue_fold_rejected';
+
+// Plain SQL cannot raise: a failed cast fails the statement, so nothing of it commits. The text
+// is not a constant (it reads ins), so the planner cannot evaluate the branch ahead of time;
+// the value is materialized and selected, so the planner cannot drop it as unused either.
+const FOLD_GUARD = (guard = 'true') => `lm_fold_guard AS MATERIALIZED (
+    SELECT CASE WHEN (SELECT count(*) FROM ins) = (SELECT count(*) FROM input) AND (${guard}) THEN 0
+                ELSE ('${FOLD_REJECTED} ' || (SELECT count(*) FROM ins))::integer END AS lm_fold_ok
+  )`;
+
+/**
+ * Writes carried by the enqueue's own statement (enqueueFolded): one round trip and no
+ * BEGIN/COMMIT, the statement commits alone, all or nothing.
+ */
+export interface EnqueueFold {
+  /** The prepared statement's name: one text per name. */
+  name: string;
+  /**
+   * CTEs appended to the enqueue's WITH. They read `input` (id: the job's id; ord: its 1-based
+   * position in the inputs); their parameters are numbered from FOLD_PARAM.
+   */
+  ctes: string;
+  values: unknown[];
+  /** A boolean SQL expression over the CTEs: false fails the statement (FoldRejected). */
+  guard?: string;
+}
+
+/** The folded statement wrote nothing: a job's dedupe key was taken, or the fold's guard was false. */
+export class FoldRejected extends Error {}
+
+const isFoldRejected = (err: unknown): boolean =>
+  (err as { code?: unknown })?.code === '22P02' && String((err as Error).message).includes(FOLD_REJECTED);
 
 const SQL = {
   enqueueIds: ENQUEUE_SQL(false),
@@ -271,8 +307,25 @@ export class Queue<P = unknown> {
     });
   }
 
+  /**
+   * Adds many jobs and the caller's writes (`fold`) in one statement, outside any transaction;
+   * returns the job ids in input order. The fold reads each job's id from `input`, so every job
+   * must be new: a dedupe key already used, or the fold's guard false, writes nothing and
+   * throws FoldRejected (the caller then takes its careful path).
+   */
+  async enqueueFolded(inputs: EnqueueInput<P>[], fold: EnqueueFold): Promise<string[]> {
+    if (inputs.length === 0) throw new Error('enqueueFolded needs at least one job');
+    try {
+      const rows = await this.insert(inputs, false, undefined, fold);
+      return rows.map((r) => String(r.new_id));
+    } catch (err) {
+      if (isFoldRejected(err)) throw new FoldRejected('folded enqueue rejected: a dedupe key was taken or the guard failed');
+      throw err;
+    }
+  }
+
   /** `within`: a transaction's client, so the jobs commit (or roll back) with the caller's writes. */
-  private async insert(inputs: EnqueueInput<P>[], returnRows: boolean, within?: Queryable): Promise<Record<string, unknown>[]> {
+  private async insert(inputs: EnqueueInput<P>[], returnRows: boolean, within?: Queryable, fold?: EnqueueFold): Promise<Record<string, unknown>[]> {
     const now = this.clock.now();
     const groups: string[] = [];
     const priorities: number[] = [];
@@ -301,12 +354,25 @@ export class Queue<P = unknown> {
       orgs.push(e.orgId ?? null);
       dedupe.push(e.dedupeKey ?? null);
     }
-    const text = returnRows ? SQL.enqueueRows : SQL.enqueueIds;
+    const text = fold ? ENQUEUE_SQL(returnRows, fold) : returnRows ? SQL.enqueueRows : SQL.enqueueIds;
     const run = () =>
       (within ?? this.db).query({
-        name: returnRows ? 'lm_queue_enqueue_rows' : 'lm_queue_enqueue_ids',
+        name: fold ? `lm_queue_enqueue_fold_${fold.name}` : returnRows ? 'lm_queue_enqueue_rows' : 'lm_queue_enqueue_ids',
         text,
-        values: [this.name, groups, priorities, offsets, runAts, orgs, dedupe, this.options.maxAttempts, toIso(now), Buffer.concat(payloads, at - 1), lengths],
+        values: [
+          this.name,
+          groups,
+          priorities,
+          offsets,
+          runAts,
+          orgs,
+          dedupe,
+          this.options.maxAttempts,
+          toIso(now),
+          Buffer.concat(payloads, at - 1),
+          lengths,
+          ...(fold?.values ?? []),
+        ],
       });
     // Inside a caller's transaction a failed statement aborts it: no retry there, the caller's rolls back whole.
     const res = within ? await run() : await retryOnConflict(run);
