@@ -169,14 +169,14 @@ const ENQUEUE_SQL = (returnRows: boolean, fold?: Pick<EnqueueFold, 'ctes' | 'gua
 /** Parameter number of an EnqueueFold's first value (the enqueue's own are $1–$11). */
 export const FOLD_PARAM = 12;
 
-const FOLD_REJECTED = 'lm_enqueue_fold_rejected';
+/** SQLSTATE of queue_fold_reject (src/shared/db/functions/queue_helpers.sql). */
+const FOLD_REJECTED = 'LMQ01';
 
-// Plain SQL cannot raise: a failed cast fails the statement, so nothing of it commits. The text
-// is not a constant (it reads ins), so the planner cannot evaluate the branch ahead of time;
-// the value is materialized and selected, so the planner cannot drop it as unused either.
+// queue_fold_reject raises, so nothing of the statement commits. CASE calls it only on the
+// failing branch; the value is materialized and selected, so the planner cannot drop it as unused.
 const FOLD_GUARD = (guard = 'true') => `lm_fold_guard AS MATERIALIZED (
     SELECT CASE WHEN (SELECT count(*) FROM ins) = (SELECT count(*) FROM input) AND (${guard}) THEN 0
-                ELSE ('${FOLD_REJECTED} ' || (SELECT count(*) FROM ins))::integer END AS lm_fold_ok
+                ELSE queue_fold_reject((SELECT count(*) FROM ins)) END AS lm_fold_ok
   )`;
 
 /**
@@ -199,8 +199,7 @@ export interface EnqueueFold {
 /** The folded statement wrote nothing: a job's dedupe key was taken, or the fold's guard was false. */
 export class FoldRejected extends Error {}
 
-const isFoldRejected = (err: unknown): boolean =>
-  (err as { code?: unknown })?.code === '22P02' && String((err as Error).message).includes(FOLD_REJECTED);
+const isFoldRejected = (err: unknown): boolean => (err as { code?: unknown })?.code === FOLD_REJECTED;
 
 const SQL = {
   enqueueIds: ENQUEUE_SQL(false),

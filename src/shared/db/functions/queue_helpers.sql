@@ -38,3 +38,14 @@ LANGUAGE sql STABLE AS $$
   )
   SELECT min(run_at) FROM per_priority
 $$;
+
+/*
+ * Fails the statement that calls it (Queue.enqueueFolded's guard): a folded enqueue whose
+ * dedupe key was taken, or whose caller's guard is false, writes nothing. SQLSTATE LMQ01 is ours.
+ */
+CREATE OR REPLACE FUNCTION queue_fold_reject(p_inserted bigint) RETURNS integer
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  RAISE EXCEPTION 'folded enqueue rejected (% of its jobs were new)', p_inserted USING ERRCODE = 'LMQ01';
+END
+$$;
