@@ -88,6 +88,8 @@ describe('parseReport: the wider vendor set (test/fixtures/bounces/vendor/SOURCE
     ['vendor/o365-too-many-recipients.eml', 'list@fabrikam.example', '4.5.3', 452, 'toomanyconn', false],
     ['vendor/outlook-com-s3150.eml', 'someone@hotmail.com', '5.7.1', 550, 'blocked', false],
     ['vendor/exchange2010-recipnotfound.eml', 'left@corp.example', '5.1.1', 550, 'userunknown', true],
+    // Nested multipart/alternative (text and HTML) inside the report: mailparser reads it.
+    ['vendor/o365-ndr-multipart.eml', 'nobody@contoso.example', '5.1.10', 550, 'userunknown', true],
     // Gmail / Google Workspace (SMTP error reference); multi-line replies joined by Postfix
     ['vendor/gmail-receiving-too-quickly.eml', 'busy@gmail.com', '4.2.1', 450, 'speeding', false],
     ['vendor/gmail-dmarc.eml', 'reader@gmail.com', '5.7.26', 550, 'authfailure', false],
@@ -107,6 +109,7 @@ describe('parseReport: the wider vendor set (test/fixtures/bounces/vendor/SOURCE
     // Sendmail, qmail, Courier, Exim, Postfix: the MTAs’ own bounce texts
     ['vendor/sendmail-deferred-timeout.eml', 'late@sendmail-dest.example', '4.4.1', null, 'expired', false],
     ['vendor/sendmail-host-unknown.eml', 'someone@no-such-domain.example', '5.1.2', 550, 'hostunknown', true],
+    ['vendor/sendmail-relaying-denied.eml', 'user@elsewhere2.example', '5.7.1', 550, 'norelaying', false],
     ['vendor/qmail-no-mailbox.eml', 'nobody@qmail-dest.example', '5.1.1', null, 'userunknown', true],
     ['vendor/qmail-over-quota.eml', 'full@qmail-dest.example', '5.2.2', null, 'mailboxfull', false],
     ['vendor/qmail-queue-too-long.eml', 'late@qmail-far.example', '4.4.2', null, 'expired', false],
@@ -115,6 +118,7 @@ describe('parseReport: the wider vendor set (test/fixtures/bounces/vendor/SOURCE
     ['vendor/exim-retry-timeout.eml', 'late@exim-dest.example', null, null, 'expired', false],
     ['vendor/exim-hosts-failing.eml', 'late2@exim-dest.example', null, null, 'expired', false],
     ['vendor/exim-retry-not-reached.eml', 'late3@exim-dest.example', null, null, 'expired', false],
+    ['vendor/exim-delay-warning.eml', 'late4@exim-dest.example', null, null, 'expired', false],
     ['vendor/exim-unrouteable.eml', 'someone@nx.exim-dest.example', null, null, 'hostunknown', true],
     ['vendor/exim-rbl.eml', 'reader@exim-dest.example', '5.7.1', 550, 'blocked', false],
     ['vendor/exim-sender-verify.eml', 'user@exim-strict.example', '5.1.1', 550, 'rejected', false],
