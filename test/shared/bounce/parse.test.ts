@@ -88,6 +88,7 @@ describe('parseReport: the wider vendor set (test/fixtures/bounces/vendor/SOURCE
     ['vendor/o365-too-many-recipients.eml', 'list@fabrikam.example', '4.5.3', 452, 'toomanyconn', false],
     ['vendor/outlook-com-s3150.eml', 'someone@hotmail.com', '5.7.1', 550, 'blocked', false],
     ['vendor/exchange2010-recipnotfound.eml', 'left@corp.example', '5.1.1', 550, 'userunknown', true],
+    ['vendor/exchange-content-filter.eml', 'reader@edge-dest.example', '5.7.1', 550, 'spamdetected', false],
     // Nested multipart/alternative (text and HTML) inside the report: mailparser reads it.
     ['vendor/o365-ndr-multipart.eml', 'nobody@contoso.example', '5.1.10', 550, 'userunknown', true],
     // Gmail / Google Workspace (SMTP error reference); multi-line replies joined by Postfix
@@ -131,6 +132,8 @@ describe('parseReport: the wider vendor set (test/fixtures/bounces/vendor/SOURCE
     ['vendor/postfix-local-mailbox-full.eml', 'full@postfix-local.example', '5.2.2', null, 'mailboxfull', false],
     ['vendor/postfix-helo-rejected.eml', 'user@strict.example', '5.5.2', 504, 'blocked', false],
     ['vendor/postfix-no-ptr.eml', 'user@strict2.example', '4.7.1', 450, 'requireptr', false],
+    ['vendor/postfix-mailbox-disabled.eml', 'closed@postfix-dest.example', '5.2.1', 550, 'suspend', false],
+    ['vendor/postfix-too-many-connections.eml', 'busy@postfix-dest.example', '4.7.0', 421, 'toomanyconn', false],
     // Filters and mailbox providers
     ['vendor/barracuda.eml', 'user@barracuda-dest.example', '5.0.0', 554, 'blocked', false],
     ['vendor/proofpoint.eml', 'user@pp-dest.example', '5.7.1', 554, 'blocked', false],
