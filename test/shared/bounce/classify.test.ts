@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseToml } from 'smol-toml';
 import { describe, expect, it } from 'vitest';
-import { classify, compileRules, isHardReason, loadRules, RULES_FILE } from '../../../src/shared/mail/bounce/classify.js';
+import { classify, commandInText, compileRules, isHardReason, loadRules, RULES_FILE } from '../../../src/shared/mail/bounce/classify.js';
 import { BOUNCE_REASONS } from '../../../src/shared/mail/bounce/types.js';
 
 type Doc = Parameters<typeof compileRules>[0];
@@ -42,6 +42,19 @@ describe('the one bounce classifier', () => {
     expect(classify({ replyCode: 550, text: '550 no such user here', command: 'RCPT' }).reason).toBe('userunknown');
     expect(classify({ replyCode: 550, text: '550 no such user here', command: 'DATA' }).reason).toBe('filtered');
     expect(classify({ replyCode: 550, text: '550 no such user here (in reply to RCPT TO command)' }).reason).toBe('userunknown');
+  });
+
+  it('reads the command across line breaks, and not out of prose ("send mail to postmaster")', () => {
+    expect(commandInText('Access denied (in\n    reply to RCPT TO command)')).toBe('RCPT');
+    expect(commandInText('For further assistance, please send mail to postmaster.')).toBe('');
+    expect(commandInText('>>> RCPT To:<a@b.example>')).toBe('RCPT');
+    expect(commandInText('SMTP error from remote mail server after MAIL FROM:<a@b.example>')).toBe('MAIL');
+    expect(commandInText('rejected after rcpt to:<a@b.example>')).toBe('RCPT');
+  });
+
+  it('a multi-line reply joined into one line is read without its continuation codes', () => {
+    const text = '421-4.7.28 [192.0.2.1] Our system has detected an unusual rate of 421-4.7.28 unsolicited mail originating from your IP address. 421 4.7.28 https://support.google.com/mail/?p=UnsolicitedRateLimitError - gsmtp';
+    expect(classify({ text, remoteHost: 'gmail-smtp-in.l.google.com' })).toEqual({ reason: 'blocked', hardBounce: false });
   });
 
   it('produces only the vocabulary, and the shipped file names only reasons of it', () => {

@@ -75,6 +75,99 @@ describe('parseReport: plain-text and DSN bounces written from the vendors’ do
   });
 });
 
+describe('parseReport: the wider vendor set (test/fixtures/bounces/vendor/SOURCES.md names each one’s document and reason)', () => {
+  const cases: [file: string, recipient: string, status: string | null, reply: number | null, reason: string, hard: boolean][] = [
+    // Microsoft 365 / Exchange Online and Exchange Server (NDR codes, learn.microsoft.com)
+    ['vendor/o365-relay-denied.eml', 'ghost@fabrikam.example', '5.4.1', 550, 'norelaying', false],
+    ['vendor/o365-not-authorized.eml', 'allstaff@contoso.example', '5.7.1', 550, 'rejected', false],
+    ['vendor/o365-mailbox-full.eml', 'full@contoso.example', '5.2.2', 554, 'mailboxfull', false],
+    ['vendor/o365-tenant-5.7.708.eml', 'user@tenant.example', '5.7.708', 550, 'speeding', false],
+    ['vendor/o365-tenant-5.7.750.eml', 'user@partner.example', '5.7.750', 550, 'rejected', false],
+    ['vendor/o365-banned-ip.eml', 'user@fabrikam.example', '5.7.606', 550, 'blocked', false],
+    ['vendor/o365-dmarc.eml', 'user@fabrikam.example', '5.7.509', 550, 'authfailure', false],
+    ['vendor/o365-too-many-recipients.eml', 'list@fabrikam.example', '4.5.3', 452, 'toomanyconn', false],
+    ['vendor/outlook-com-s3150.eml', 'someone@hotmail.com', '5.7.1', 550, 'blocked', false],
+    ['vendor/exchange2010-recipnotfound.eml', 'left@corp.example', '5.1.1', 550, 'userunknown', true],
+    ['vendor/exchange-content-filter.eml', 'reader@edge-dest.example', '5.7.1', 550, 'spamdetected', false],
+    // Nested multipart/alternative (text and HTML) inside the report: mailparser reads it.
+    ['vendor/o365-ndr-multipart.eml', 'nobody@contoso.example', '5.1.10', 550, 'userunknown', true],
+    // Gmail / Google Workspace (SMTP error reference); multi-line replies joined by Postfix
+    ['vendor/gmail-receiving-too-quickly.eml', 'busy@gmail.com', '4.2.1', 450, 'speeding', false],
+    ['vendor/gmail-dmarc.eml', 'reader@gmail.com', '5.7.26', 550, 'authfailure', false],
+    ['vendor/gmail-unauthenticated.eml', 'reader2@gmail.com', '5.7.26', 550, 'authfailure', false],
+    ['vendor/gmail-spam.eml', 'reader3@gmail.com', '5.7.1', 550, 'spamdetected', false],
+    ['vendor/gmail-rate-4.7.28.eml', 'reader4@gmail.com', '4.7.28', 421, 'blocked', false],
+    ['vendor/gmail-disabled.eml', 'closed@gmail.com', '5.2.1', 550, 'suspend', false],
+    ['vendor/gmail-over-quota.eml', 'hoarder@gmail.com', '5.2.2', 552, 'mailboxfull', false],
+    ['vendor/gmail-ptr.eml', 'reader5@gmail.com', '5.7.25', 550, 'requireptr', false],
+    ['vendor/gmail-low-reputation.eml', 'reader6@gmail.com', '4.7.0', 421, 'badreputation', false],
+    ['vendor/gmail-policy.eml', 'reader7@gmail.com', '5.7.1', 550, 'policyviolation', false],
+    ['vendor/gmail-security-content.eml', 'reader8@gmail.com', '5.7.0', 552, 'policyviolation', false],
+    // Yahoo (sender hub SMTP error codes)
+    ['vendor/yahoo-tss04.eml', 'slow@yahoo.com', '4.7.0', 421, 'badreputation', false],
+    ['vendor/yahoo-spamhaus.eml', 'listed@yahoo.com', '5.7.1', 553, 'blocked', false],
+    ['vendor/yahoo-no-account.eml', 'gone@yahoo.com', null, 554, 'userunknown', true],
+    // Sendmail, qmail, Courier, Exim, Postfix: the MTAs’ own bounce texts
+    ['vendor/sendmail-deferred-timeout.eml', 'late@sendmail-dest.example', '4.4.1', null, 'expired', false],
+    ['vendor/sendmail-host-unknown.eml', 'someone@no-such-domain.example', '5.1.2', 550, 'hostunknown', true],
+    ['vendor/sendmail-relaying-denied.eml', 'user@elsewhere2.example', '5.7.1', 550, 'norelaying', false],
+    ['vendor/qmail-no-mailbox.eml', 'nobody@qmail-dest.example', '5.1.1', null, 'userunknown', true],
+    ['vendor/qmail-over-quota.eml', 'full@qmail-dest.example', '5.2.2', null, 'mailboxfull', false],
+    ['vendor/qmail-queue-too-long.eml', 'late@qmail-far.example', '4.4.2', null, 'expired', false],
+    ['vendor/qmail-no-host.eml', 'someone@nx.qmail-far.example', '5.1.2', null, 'hostunknown', true],
+    ['vendor/courier-userunknown.eml', 'nobody@courier-dest.example', '5.0.0', 550, 'userunknown', true],
+    ['vendor/exim-retry-timeout.eml', 'late@exim-dest.example', null, null, 'expired', false],
+    ['vendor/exim-hosts-failing.eml', 'late2@exim-dest.example', null, null, 'expired', false],
+    ['vendor/exim-retry-not-reached.eml', 'late3@exim-dest.example', null, null, 'expired', false],
+    ['vendor/exim-delay-warning.eml', 'late4@exim-dest.example', null, null, 'expired', false],
+    ['vendor/exim-unrouteable.eml', 'someone@nx.exim-dest.example', null, null, 'hostunknown', true],
+    ['vendor/exim-rbl.eml', 'reader@exim-dest.example', '5.7.1', 550, 'blocked', false],
+    ['vendor/exim-sender-verify.eml', 'user@exim-strict.example', '5.1.1', 550, 'rejected', false],
+    ['vendor/postfix-host-not-found.eml', 'someone@no-such-domain.example', '5.4.4', null, 'hostunknown', true],
+    ['vendor/postfix-name-service-error.eml', 'someone@flaky-dns.example', '4.4.3', null, 'hostunknown', true],
+    ['vendor/postfix-size-limit.eml', 'big@postfix-dest.example', '5.3.4', 552, 'mesgtoobig', false],
+    ['vendor/postfix-access-denied.eml', 'denied@postfix-dest.example', '5.7.1', 554, 'userunknown', true],
+    ['vendor/postfix-relay-denied.eml', 'user@elsewhere.example', '5.7.1', 554, 'norelaying', false],
+    ['vendor/postfix-sender-domain.eml', 'user@strict.example', '5.1.8', 550, 'rejected', false],
+    ['vendor/postfix-local-mailbox-full.eml', 'full@postfix-local.example', '5.2.2', null, 'mailboxfull', false],
+    ['vendor/postfix-helo-rejected.eml', 'user@strict.example', '5.5.2', 504, 'blocked', false],
+    ['vendor/postfix-no-ptr.eml', 'user@strict2.example', '4.7.1', 450, 'requireptr', false],
+    ['vendor/postfix-mailbox-disabled.eml', 'closed@postfix-dest.example', '5.2.1', 550, 'suspend', false],
+    ['vendor/postfix-too-many-connections.eml', 'busy@postfix-dest.example', '4.7.0', 421, 'toomanyconn', false],
+    // Filters and mailbox providers
+    ['vendor/barracuda.eml', 'user@barracuda-dest.example', '5.0.0', 554, 'blocked', false],
+    ['vendor/proofpoint.eml', 'user@pp-dest.example', '5.7.1', 554, 'blocked', false],
+    ['vendor/mimecast-invalid-recipient.eml', 'nobody@mc-dest.example', '5.0.0', 550, 'userunknown', true],
+    ['vendor/ironport-address-rejected.eml', 'left@ironport-dest.example', '5.1.0', 550, 'userunknown', true],
+    ['vendor/icloud-spamhaus.eml', 'reader@icloud.com', '5.7.1', 550, 'blocked', false],
+    ['vendor/icloud-user-unknown.eml', 'gone@icloud.com', '5.1.1', 550, 'userunknown', true],
+    ['vendor/gmx-ptr.eml', 'reader@gmx.net', '5.0.0', 554, 'requireptr', false],
+    ['vendor/comcast-dnsbl.eml', 'reader@comcast.net', '5.0.0', 554, 'blocked', false],
+    ['vendor/mailru-invalid-mailbox.eml', 'nobody@mail.ru', '5.0.0', 550, 'userunknown', true],
+    ['vendor/qq-mailbox-not-found.eml', '10000@qq.com', '5.0.0', 550, 'userunknown', true],
+    ['vendor/qq-content-denied.eml', '20000@qq.com', '5.0.0', 550, 'spamdetected', false],
+    ['vendor/163-spam.eml', 'reader@163.com', '5.0.0', 554, 'spamdetected', false],
+    ['vendor/163-user-not-found.eml', 'nobody@163.com', '5.0.0', 550, 'userunknown', true],
+  ];
+  for (const [file, recipient, status, reply, reason, hard] of cases) {
+    it(`${file} → ${recipient} ${status} ${reason} ${hard ? 'hard' : 'soft'}`, async () => {
+      const r = await parseReport(read(file));
+      expect(r.kind).toBe('dsn');
+      expect(r.recipients).toHaveLength(1);
+      expect(r.recipients[0]).toMatchObject({ recipient, status, replyCode: reply, reason, hardBounce: hard });
+      expect(r.recipients[0]!.diagnostic).toBeTruthy();
+      expect(r, 'the returned original').toMatchObject({ cfblFeedbackId: '42:cfbltoken', originalMessageId: 'orig-1@lettermill.test', originalMailFrom: 'bounce+tok123@bounces.lettermill.test' });
+    });
+  }
+
+  it('every vendor fixture is in a table (a new file without an expectation fails)', () => {
+    const listed = new Set([...cases.map((c) => c[0])]);
+    const old = ['arf-cfbl', 'delivered', 'domino', 'exim', 'garbage', 'gmail-dsn', 'gmail-legacy', 'gmx', 'icloud', 'latin1', 'mimecast', 'office365', 'outlook-com', 'postfix-delayed', 'qmail', 'sendmail', 'ses', 'vacation', 'yahoo', 'yandex', 'zoho'];
+    const unlisted = readdirSync(join(dir, 'vendor')).filter((f) => f.endsWith('.eml') && !listed.has(`vendor/${f}`) && !old.includes(f.replace(/\.eml$/, '')));
+    expect(unlisted).toEqual([]);
+  });
+});
+
 describe('parseReport: feedback reports (RFC 5965)', () => {
   it('reads every ARF field and the returned original’s CFBL-Feedback-ID (unfolded)', async () => {
     const r = await parseReport(read('vendor/arf-cfbl.eml'));

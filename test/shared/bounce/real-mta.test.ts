@@ -1,7 +1,8 @@
 /**
  * DSNs that real MTAs wrote: Postfix and Exim relayed a message to a sink that answered
- * 550 5.1.1, 452 4.2.2 or never, and sent their own bounce (test/fixtures/bounces/generate.ts,
- * harness test/harness/relay-mta.ts). The files are committed; regenerate them with the script.
+ * 550 5.1.1, 452 4.2.2, 554 5.7.1 (relay denied, access denied, an RBL listing) or never, and
+ * sent their own bounce (test/fixtures/bounces/generate.ts, harness test/harness/relay-mta.ts).
+ * The files are committed; regenerate them with the script.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -15,6 +16,11 @@ const expected = {
     userunknown: { status: '5.1.1', replyCode: 550, reason: 'userunknown', hardBounce: true },
     mailboxfull: { status: '4.2.2', replyCode: 452, reason: 'mailboxfull', hardBounce: false },
     timeout: { status: '4.4.2', replyCode: null, reason: 'networkerror', hardBounce: false },
+    relaydenied: { status: '5.7.1', replyCode: 554, reason: 'norelaying', hardBounce: false },
+    // The diagnostic names no command; the notice's wrapped "(in\n reply to RCPT TO command)" does,
+    // and its "please send mail to postmaster" must not read as MAIL.
+    accessdenied: { status: '5.7.1', replyCode: 554, reason: 'userunknown', hardBounce: true },
+    rbl: { status: '5.7.1', replyCode: 554, reason: 'blocked', hardBounce: false },
   },
   exim: {
     userunknown: { status: '5.1.1', replyCode: 550, reason: 'userunknown', hardBounce: true },
@@ -22,6 +28,10 @@ const expected = {
     mailboxfull: { status: '4.2.2', replyCode: 452, reason: 'mailboxfull', hardBounce: false },
     // No Diagnostic-Code: the words come from the human-readable part ("retry timeout exceeded").
     timeout: { status: '5.0.0', replyCode: null, reason: 'expired', hardBounce: false },
+    // Status 5.0.0 yields to the 5.7.1 of the reply.
+    relaydenied: { status: '5.7.1', replyCode: 554, reason: 'norelaying', hardBounce: false },
+    accessdenied: { status: '5.7.1', replyCode: 554, reason: 'userunknown', hardBounce: true },
+    rbl: { status: '5.7.1', replyCode: 554, reason: 'blocked', hardBounce: false },
   },
 } as const;
 

@@ -148,8 +148,13 @@ export interface ClassifyInput {
 const STATUS_IN_TEXT = /(?<![\d.vV])([245])\.(\d{1,3})\.(\d{1,3})(?![\d.]*\d)/;
 const REPLY_IN_TEXT = /(?<![\d.])([245]\d\d)(?=[ -]|$)/m;
 // "(in reply to RCPT TO command)" Postfix, "after RCPT TO:" Exim, ">>> RCPT To:" Sendmail,
-// "[RCPT_TO]" Yahoo.
-const COMMAND_IN_TEXT = /in reply to (?:the )?(RCPT|MAIL|DATA|EHLO|HELO|end of data)|after (RCPT|MAIL|DATA|EHLO|HELO|end of data)|>>> (RCPT|MAIL|DATA|EHLO|HELO)|\[(RCPT|MAIL|DATA|END_OF_DATA)_?(?:TO|FROM)?\]|\b(RCPT|MAIL) TO\b|\bMAIL FROM\b/i;
+// "[RCPT_TO]" Yahoo; a bare "RCPT TO"/"MAIL FROM" only in capitals or before a colon, so that
+// prose ("please send mail to postmaster", Postfix's notice) is not read as a command.
+const COMMAND_IN_TEXT = /in reply to (?:the )?(RCPT|MAIL|DATA|EHLO|HELO|end of data)|after (RCPT|MAIL|DATA|EHLO|HELO|end of data)|>>> (RCPT|MAIL|DATA|EHLO|HELO)|\[(RCPT|MAIL|DATA|END_OF_DATA)_?(?:TO|FROM)?\]|\b(rcpt) to:|\bmail from:/i;
+const BARE_COMMAND = /\b(RCPT|MAIL) TO\b|\bMAIL FROM\b/;
+// The continuation prefixes of a multi-line reply joined into one ("… unusual rate of 421-4.7.28
+// unsolicited mail …", Gmail): after the first, they split the words the patterns look for.
+const CONTINUATION = /(?<![\w.])[245]\d\d[- ]#?[245]\.\d{1,3}\.\d{1,3}(?:\s|$)/g;
 
 /** The first enhanced status code in a text, e.g. "5.1.1" of "550 5.1.1 unknown"; null when none. */
 export function statusInText(text: string): string | null {
@@ -165,7 +170,8 @@ export function replyInText(text: string): number | null {
 
 /** The SMTP command a diagnostic says it answered (RCPT, MAIL, DATA, EHLO, HELO); '' when it does not say. */
 export function commandInText(text: string): string {
-  const m = COMMAND_IN_TEXT.exec(text);
+  const flat = text.replace(/\s+/g, ' ');
+  const m = COMMAND_IN_TEXT.exec(flat) ?? BARE_COMMAND.exec(flat);
   if (!m) return '';
   const c = (m[1] ?? m[2] ?? m[3] ?? m[4] ?? m[5] ?? 'MAIL').toUpperCase();
   return c === 'END OF DATA' || c === 'END_OF_DATA' ? 'DATA' : c;
@@ -204,10 +210,13 @@ function isTemporary(status: string, reply: number, text: string): boolean {
  * there is no evidence at all.
  */
 export function classify(input: ClassifyInput, r: Rules = rules()): Classification {
-  const text = (input.text ?? '').replace(/\s+/g, ' ').trim().toLowerCase();
-  const status = input.status || statusInText(text) || '';
-  const reply = input.replyCode ?? replyInText(text) ?? 0;
-  const command = (input.command ? input.command.split(' ')[0] : commandInText(text)).toUpperCase();
+  const raw = (input.text ?? '').replace(/\s+/g, ' ').trim();
+  const lower = raw.toLowerCase();
+  const status = input.status || statusInText(lower) || '';
+  const reply = input.replyCode ?? replyInText(lower) ?? 0;
+  const command = (input.command ? input.command.split(' ')[0] : commandInText(raw)).toUpperCase();
+  let first = true;
+  const text = lower.replace(CONTINUATION, (m) => (first ? ((first = false), m) : ''));
   const reason = decide(r, status, reply, text, command, input);
   const hard = r.hard.has(reason) && !(r.softWhenTemporary.has(reason) && isTemporary(status, reply, text));
   return { reason, hardBounce: hard };

@@ -249,22 +249,25 @@ function plain(m: ParsedMail, body: string, exclude: ReadonlySet<string>): Repor
   const codeIdx = lines.findIndex((l) => CODE_LINE.test(l));
   const globalDiag = codeIdx >= 0 ? paragraph(lines, codeIdx) : null;
   const command = commandIn(text);
+  // Exchange / Microsoft 365 NDRs name the server that refused in "Generating server:", not in the reply.
+  const generating = /^\s*generating server:\s*([a-z0-9-]+(?:\.[a-z0-9-]+)+)\s*$/im.exec(text)?.[1]?.toLowerCase() ?? null;
   const out: ReportRecipient[] = [];
   for (const [recipient, sec] of sections) {
     let own = sectionText(sec);
     if (!own || !CODE_LINE.test(own)) own = own && globalDiag && !own.includes(globalDiag) ? `${own} ${globalDiag}` : (globalDiag ?? own);
     const diagnostic = clip(own);
-    out.push(verdictFor(recipient, diagnostic, command));
+    out.push(verdictFor(recipient, diagnostic, command, generating));
   }
-  if (!out.length && globalDiag) out.push(verdictFor(null, clip(globalDiag), command));
+  if (!out.length && globalDiag) out.push(verdictFor(null, clip(globalDiag), command, generating));
   return out;
 }
 
 // An address alone on its line (the token is checked by the address module): "  a@b.example",
 // "<a@b.example>:", "a@b.example...", "To: a@b.example"; or one leading its reason:
-// "<a@b.example>: reason" (qmail, Yahoo), "a@b.example: reason" (Yandex), "a@b.example, ERROR CODE" (Zoho).
+// "<a@b.example>: reason" (qmail, Yahoo), "a@b.example: reason" (Yandex), "a@b.example, ERROR CODE" (Zoho),
+// "<a@b.example>... Deferred: reason" (Sendmail's transcript).
 const STANDALONE = /^\s*(?:[-*•]\s*)?(?:to:\s*|recipient:\s*|original-recipient:\s*(?:rfc822;)?\s*|final-recipient:\s*(?:rfc822;)?\s*)?<?("?[^\s<>"]+?"?)>?\s*(?::|\.\.\.|,)?\s*(?:\(.*\))?$/i;
-const LEADING = /^\s*<?([^\s<>]+?)>?[:,]\s+(.*)$/;
+const LEADING = /^\s*<?([^\s<>]+?)>?(?:[:,]|\.\.\.)\s+(.*)$/;
 
 /** Recipient → the lines after it, for every address standing alone on a line (or leading one). */
 function sectionsOf(lines: string[], exclude: ReadonlySet<string>): Map<string, string[]> {
@@ -304,10 +307,10 @@ function paragraph(lines: string[], i: number): string {
   return keep.join(' ');
 }
 
-function verdictFor(recipient: string | null, diagnostic: string | null, command: string | null): ReportRecipient {
+function verdictFor(recipient: string | null, diagnostic: string | null, command: string | null, reportingHost: string | null = null): ReportRecipient {
   const status = diagnostic ? statusInText(diagnostic) : null;
   const replyCode = diagnostic ? replyInText(diagnostic) : null;
-  const remoteMta = /(?:host|server|by)\s+([a-z0-9-]+(?:\.[a-z0-9-]+)+)\.?\s*\[/i.exec(diagnostic ?? '')?.[1]?.toLowerCase() ?? null;
+  const remoteMta = /(?:host|server|by)\s+([a-z0-9-]+(?:\.[a-z0-9-]+)+)\.?\s*\[/i.exec(diagnostic ?? '')?.[1]?.toLowerCase() ?? reportingHost;
   const verdict = classify({ status, replyCode, text: diagnostic, command: (diagnostic && commandIn(diagnostic)) ?? command, remoteHost: remoteMta });
   return { recipient, status, replyCode, action: 'failed', remoteMta, diagnostic, ...verdict };
 }
