@@ -286,6 +286,46 @@ function contract(name: string, makeAdapter: (clock: ManualClock) => Coordinatio
       });
     });
 
+    it('calls made together run in call order, each with the result it has alone', async () => {
+      const j = k('json');
+      const x = k('ctr');
+      const r = k('ring');
+      const w = k('sw');
+      // One turn of the event loop: the Redis adapter sends these as one batch.
+      const results = await Promise.all([
+        c.setJson(j, { a: 1 }),
+        c.getJson(j),
+        c.incr(x, 1, 60_000),
+        c.incr(x, 1, 60_000),
+        c.getCounter(x),
+        c.ringPush(r, 'a', 2),
+        c.ringPush(r, 'b', 2),
+        c.ringPush(r, 'c', 2),
+        c.slidingWindow(w, 1, 1000),
+        c.slidingWindow(w, 1, 1000),
+        c.setJson(j, null, 1),
+        c.getJson(j),
+      ]);
+      expect(results).toEqual([
+        undefined,
+        { a: 1 },
+        1,
+        2,
+        2,
+        ['a'],
+        ['a', 'b'],
+        ['b', 'c'],
+        { allowed: true, count: 1, retryAfterMs: 0 },
+        { allowed: false, count: 1, retryAfterMs: 1000 },
+        undefined,
+        null,
+      ]);
+      // More calls at once than one batch holds.
+      const many = k('ctr');
+      const values = await Promise.all(Array.from({ length: 700 }, () => c.incr(many, 1, 60_000)));
+      expect(values).toEqual(Array.from({ length: 700 }, (_, i) => i + 1));
+    });
+
     it('ping answers true', async () => {
       expect(await c.ping()).toBe(true);
     });
@@ -372,6 +412,23 @@ describe.runIf(redisAvailable)('redis adapter', () => {
       expect(await b.getCounter(ctr)).toBe(50);
     } finally {
       await Promise.all([a.close(), b.close()]);
+    }
+  });
+
+  it('a failing call fails alone: the others of its batch keep their results', async () => {
+    const c = new RedisCoordination({ url: redisUrl, keyPrefix, clock: new ManualClock() });
+    try {
+      const bad = k('ctr');
+      const good = k('ctr');
+      // A plain string where the adapter keeps a hash: WRONGTYPE inside the batch.
+      await admin.set(`${keyPrefix}c:${bad}`, 'x');
+      const [a, b, d] = await Promise.allSettled([c.incr(good, 1, 60_000), c.incr(bad, 1, 60_000), c.incr(good, 1, 60_000)]);
+      expect(a).toEqual({ status: 'fulfilled', value: 1 });
+      expect(b.status).toBe('rejected');
+      expect(String((b as PromiseRejectedResult).reason)).toMatch(/WRONGTYPE/);
+      expect(d).toEqual({ status: 'fulfilled', value: 2 });
+    } finally {
+      await c.close();
     }
   });
 
