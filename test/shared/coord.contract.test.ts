@@ -192,6 +192,14 @@ function contract(name: string, makeAdapter: (clock: ManualClock) => Coordinatio
         expect(await c.ringRead(k('ring'))).toEqual([]);
         await expect(c.ringPush(key, 'x', 0)).rejects.toThrow(RangeError);
       });
+
+      it('returns any string value as it was pushed', async () => {
+        const key = k('ring');
+        const values = ['say "hi"\\', 'ß→✓ 🙂', '42', '', 'a\nb\t/c', '[]', '{}'];
+        for (const v of values) await c.ringPush(key, v, 10);
+        expect(await c.ringRead(key)).toEqual(values);
+        expect(await c.ringPush(key, 'z', 2)).toEqual(['{}', 'z']);
+      });
     });
 
     describe('lease', () => {

@@ -36,20 +36,21 @@ local function num(x) return string.format('%.17g', x) end
 `;
 
 /**
- * The operations, as Lua functions of (K: keys, A: arguments as strings). Every call of the
+ * The operations, as Lua functions of (k, a, nk, na): their keys are KEYS[k .. k + nk - 1], their
+ * arguments (strings) ARGV[a + 1 .. a + na]. Every call of the
  * adapter is one of them; the calls made in one turn of the event loop go to Redis together as
  * ONE script run (lmcBatch below), which runs them in the order they were made.
  */
 const OPS = `
 local OPS = {}
--- K: window. A: now, windowMs, limit, member → {allowed, count, retryAfterMs}
-OPS.window = function(K, A)
-  local key = K[1]
-  local now, win, limit = tonumber(A[1]), tonumber(A[2]), tonumber(A[3])
+-- keys: window. args: now, windowMs, limit, member → {allowed, count, retryAfterMs}
+OPS.window = function(k, a, nk, na)
+  local key = KEYS[k]
+  local now, win, limit = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - win))
   local count = redis.call('ZCARD', key)
   if count < limit then
-    redis.call('ZADD', key, num(now), A[4])
+    redis.call('ZADD', key, num(now), ARGV[a + 4])
     extendGc(key, win)
     return {1, count + 1, 0}
   end
@@ -60,10 +61,10 @@ OPS.window = function(K, A)
   end
   return {0, count, win}
 end
--- K: bucket. A: capacity, refillPerSec, cost, now → {allowed, remaining, retryAfterMs, resetMs}
-OPS.bucket = function(K, A)
-  local key = K[1]
-  local cap, rate, cost, now = tonumber(A[1]), tonumber(A[2]), tonumber(A[3]), tonumber(A[4])
+-- keys: bucket. args: capacity, refillPerSec, cost, now → {allowed, remaining, retryAfterMs, resetMs}
+OPS.bucket = function(k, a, nk, na)
+  local key = KEYS[k]
+  local cap, rate, cost, now = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   local s = redis.call('HMGET', key, 't', 'ts')
   local tokens, ts = cap, now
   if s[1] and s[2] then
@@ -86,10 +87,10 @@ OPS.bucket = function(K, A)
   redis.call('PEXPIRE', key, gc(reset))
   return {allowed, math.floor(tokens), retry, reset}
 end
--- K: counter. A: by, ttlMs, now → new value (string)
-OPS.incr = function(K, A)
-  local key = K[1]
-  local by, ttl, now = tonumber(A[1]), tonumber(A[2]), tonumber(A[3])
+-- keys: counter. args: by, ttlMs, now → new value (string)
+OPS.incr = function(k, a, nk, na)
+  local key = KEYS[k]
+  local by, ttl, now = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local s = redis.call('HMGET', key, 'v', 'e')
   if s[1] and s[2] and tonumber(s[2]) > now then
     local v = num(tonumber(s[1]) + by)
@@ -101,71 +102,77 @@ OPS.incr = function(K, A)
   redis.call('PEXPIRE', key, gc(ttl))
   return v
 end
--- K: counters. A: now → values (strings; '0' when absent or expired)
-OPS.counters = function(K, A)
-  local now = tonumber(A[1])
+-- keys: counters. args: now → values (strings; '0' when absent or expired)
+OPS.counters = function(k, a, nk, na)
+  local now = tonumber(ARGV[a + 1])
   local out = {}
-  for i, key in ipairs(K) do
-    local s = redis.call('HMGET', key, 'v', 'e')
+  for i = 1, nk do
+    local s = redis.call('HMGET', KEYS[k + i - 1], 'v', 'e')
     if s[1] and s[2] and tonumber(s[2]) > now then out[i] = s[1] else out[i] = '0' end
   end
   return out
 end
--- K: counter. A: value, ttlMs, now
-OPS.setCounter = function(K, A)
-  local ttl, now = tonumber(A[2]), tonumber(A[3])
-  redis.call('HSET', K[1], 'v', num(tonumber(A[1])), 'e', num(now + ttl))
-  redis.call('PEXPIRE', K[1], gc(ttl))
+-- keys: counter. args: value, ttlMs, now
+OPS.setCounter = function(k, a, nk, na)
+  local ttl, now = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  redis.call('HSET', KEYS[k], 'v', num(tonumber(ARGV[a + 1])), 'e', num(now + ttl))
+  redis.call('PEXPIRE', KEYS[k], gc(ttl))
   return 1
 end
--- K: ring. A: value, size → the list, oldest first
-OPS.ringPush = function(K, A)
-  redis.call('RPUSH', K[1], A[1])
-  redis.call('LTRIM', K[1], -tonumber(A[2]), -1)
-  return redis.call('LRANGE', K[1], 0, -1)
+-- The list as JSON text: one string for the client to parse instead of one reply per value.
+local function listJson(key)
+  local l = redis.call('LRANGE', key, 0, -1)
+  if #l == 0 then return '[]' end
+  return cjson.encode(l)
 end
-OPS.ringRead = function(K, A) return redis.call('LRANGE', K[1], 0, -1) end
-OPS.del = function(K, A) return redis.call('UNLINK', K[1]) end
--- K: lease. A: owner, ttlMs, now → 1 when owner holds the lease after the call
-OPS.lease = function(K, A)
-  local key = K[1]
-  local ttl, now = tonumber(A[2]), tonumber(A[3])
+-- keys: ring. args: value, size → the list, oldest first
+OPS.ringPush = function(k, a, nk, na)
+  redis.call('RPUSH', KEYS[k], ARGV[a + 1])
+  redis.call('LTRIM', KEYS[k], -tonumber(ARGV[a + 2]), -1)
+  return listJson(KEYS[k])
+end
+OPS.ringRead = function(k, a, nk, na) return listJson(KEYS[k]) end
+OPS.del = function(k, a, nk, na) return redis.call('UNLINK', KEYS[k]) end
+-- keys: lease. args: owner, ttlMs, now → 1 when owner holds the lease after the call
+OPS.lease = function(k, a, nk, na)
+  local key = KEYS[k]
+  local ttl, now = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local s = redis.call('HMGET', key, 'o', 'e')
-  if s[1] and s[1] ~= A[1] and s[2] and tonumber(s[2]) > now then return 0 end
-  redis.call('HSET', key, 'o', A[1], 'e', num(now + ttl))
+  if s[1] and s[1] ~= ARGV[a + 1] and s[2] and tonumber(s[2]) > now then return 0 end
+  redis.call('HSET', key, 'o', ARGV[a + 1], 'e', num(now + ttl))
   redis.call('PEXPIRE', key, gc(ttl))
   return 1
 end
--- K: lease. A: owner
-OPS.leaseRelease = function(K, A)
-  if redis.call('HGET', K[1], 'o') == A[1] then redis.call('DEL', K[1]) end
+-- keys: lease. args: owner
+OPS.leaseRelease = function(k, a, nk, na)
+  if redis.call('HGET', KEYS[k], 'o') == ARGV[a + 1] then redis.call('DEL', KEYS[k]) end
   return 1
 end
--- K: a hash. A: its fields → their values (false when absent)
-OPS.hmget = function(K, A) return redis.call('HMGET', K[1], unpack(A)) end
--- K: semaphore. A: holder, limit, ttlMs, now → 1 when a permit is held after the call
-OPS.semAcquire = function(K, A)
-  local key = K[1]
-  local limit, ttl, now = tonumber(A[2]), tonumber(A[3]), tonumber(A[4])
+-- keys: a hash. args: its fields → their values (false when absent)
+OPS.hmget = function(k, a, nk, na) return redis.call('HMGET', KEYS[k], unpack(ARGV, a + 1, a + na)) end
+-- keys: semaphore. args: holder, limit, ttlMs, now → 1 when a permit is held after the call
+OPS.semAcquire = function(k, a, nk, na)
+  local key = KEYS[k]
+  local limit, ttl, now = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now))
-  if not redis.call('ZSCORE', key, A[1]) and redis.call('ZCARD', key) >= limit then return 0 end
-  redis.call('ZADD', key, num(now + ttl), A[1])
+  if not redis.call('ZSCORE', key, ARGV[a + 1]) and redis.call('ZCARD', key) >= limit then return 0 end
+  redis.call('ZADD', key, num(now + ttl), ARGV[a + 1])
   extendGc(key, ttl)
   return 1
 end
-OPS.semRelease = function(K, A) return redis.call('ZREM', K[1], A[1]) end
--- A: now. Permits whose expiry is strictly after now; expired ones are removed by the next acquire.
-OPS.semCount = function(K, A) return redis.call('ZCOUNT', K[1], '(' .. A[1], '+inf') end
--- K: json. A: JSON text, ttlMs ('' for none), now
-OPS.setJson = function(K, A)
-  local key = K[1]
+OPS.semRelease = function(k, a, nk, na) return redis.call('ZREM', KEYS[k], ARGV[a + 1]) end
+-- args: now. Permits whose expiry is strictly after now; expired ones are removed by the next acquire.
+OPS.semCount = function(k, a, nk, na) return redis.call('ZCOUNT', KEYS[k], '(' .. ARGV[a + 1], '+inf') end
+-- keys: json. args: JSON text, ttlMs ('' for none), now
+OPS.setJson = function(k, a, nk, na)
+  local key = KEYS[k]
   redis.call('DEL', key)
-  if A[2] == '' then
-    redis.call('HSET', key, 'v', A[1])
+  if ARGV[a + 2] == '' then
+    redis.call('HSET', key, 'v', ARGV[a + 1])
     return 1
   end
-  local ttl, now = tonumber(A[2]), tonumber(A[3])
-  redis.call('HSET', key, 'v', A[1], 'e', num(now + ttl))
+  local ttl, now = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  redis.call('HSET', key, 'v', ARGV[a + 1], 'e', num(now + ttl))
   redis.call('PEXPIRE', key, gc(ttl))
   return 1
 end
@@ -173,29 +180,25 @@ end
 
 /*
  * One script run for a batch of operations. ARGV: per operation its name, number of keys,
- * number of arguments, then the arguments; KEYS: the operations' keys in the same order.
- * Each operation runs under pcall, so one failing (a key of the wrong type) fails only its own
- * call. Replies: per operation {1, result} or {0, error message}.
+ * number of arguments, then the arguments; KEYS: the operations' keys in the same order. An
+ * operation reads its keys from KEYS[k] on and its arguments from ARGV[a + 1] on (no tables
+ * per call). Each runs under pcall, so one failing (a key of the wrong type) fails only its own
+ * call. The reply is flat: per operation 1 and its result, or 0 and the error message.
  */
 const BATCH = `
 local out = {}
 local ki, ai, n = 1, 1, 0
 while ai <= #ARGV do
   local op, nk, na = ARGV[ai], tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 2])
-  ai = ai + 3
-  local K, A = {}, {}
-  for j = 1, nk do K[j] = KEYS[ki]; ki = ki + 1 end
-  for j = 1, na do A[j] = ARGV[ai]; ai = ai + 1 end
-  n = n + 1
   local f = OPS[op]
-  if not f then
-    out[n] = {0, 'unknown coordination operation ' .. tostring(op)}
-  else
-    local ok, res = pcall(f, K, A)
-    if ok then out[n] = {1, res}
-    elseif type(res) == 'table' then out[n] = {0, tostring(res.err or res.message or 'error')}
-    else out[n] = {0, tostring(res)} end
-  end
+  local ok, res
+  if f then ok, res = pcall(f, ki, ai + 2, nk, na)
+  else ok, res = false, 'unknown coordination operation ' .. tostring(op) end
+  -- A nil would end the reply array early: every later operation would lose its result.
+  if ok then out[n + 1], out[n + 2] = 1, (res == nil and false or res)
+  else out[n + 1], out[n + 2] = 0, type(res) == 'table' and tostring(res.err or 'error') or tostring(res) end
+  n = n + 2
+  ki, ai = ki + nk, ai + 3 + na
 end
 return out
 `;
@@ -204,7 +207,7 @@ type Arg = string | number;
 
 /** The command defineCommand adds to the client (ioredis cannot type it): numKeys, keys, then ARGV. */
 interface ScriptCommands {
-  lmcBatch(numKeys: number, ...keysThenArgs: Arg[]): Promise<[0 | 1, unknown][]>;
+  lmcBatch(numKeys: number, ...keysThenArgs: Arg[]): Promise<unknown[]>;
 }
 
 /** An operation waiting for the next batch. */
@@ -309,9 +312,8 @@ export class RedisCoordination implements Coordination {
     this.redis.lmcBatch(n, ...keys).then(
       (replies) => {
         for (let i = 0; i < batch.length; i++) {
-          const r = replies[i];
-          if (r?.[0] === 1) batch[i]!.resolve(r[1]);
-          else batch[i]!.reject(new Error(String(r?.[1] ?? 'coordination: no reply for an operation')));
+          if (replies[2 * i] === 1) batch[i]!.resolve(replies[2 * i + 1]);
+          else batch[i]!.reject(new Error(String(replies[2 * i + 1] ?? 'coordination: no reply for an operation')));
         }
       },
       (err: unknown) => {
@@ -360,11 +362,11 @@ export class RedisCoordination implements Coordination {
 
   async ringPush(key: string, value: string, size: number): Promise<string[]> {
     checkRingSize(size);
-    return this.call<string[]>('ringPush', [`${this.prefix}r:${key}`], [value, size]);
+    return JSON.parse(await this.call<string>('ringPush', [`${this.prefix}r:${key}`], [value, size])) as string[];
   }
 
   async ringRead(key: string): Promise<string[]> {
-    return this.call<string[]>('ringRead', [`${this.prefix}r:${key}`], []);
+    return JSON.parse(await this.call<string>('ringRead', [`${this.prefix}r:${key}`], [])) as string[];
   }
 
   async ringClear(key: string): Promise<void> {
