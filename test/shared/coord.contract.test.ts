@@ -454,6 +454,15 @@ describe.runIf(redisAvailable)('redis adapter', () => {
     }
   });
 
+  it('runs the calls made just before close', async () => {
+    const c = new RedisCoordination({ url: redisUrl, keyPrefix, clock: new ManualClock() });
+    const key = k('ctr');
+    const pending = c.incr(key, 5, 60_000);
+    await c.close();
+    expect(await pending).toBe(5);
+    expect(await admin.hget(`${keyPrefix}c:${key}`, 'v')).toBe('5');
+  });
+
   it('leaves a client it was given open', async () => {
     const client = new Redis(redisUrl);
     const c = new RedisCoordination({ redis: client, keyPrefix });

@@ -266,8 +266,8 @@ export class RedisCoordination implements Coordination {
       client = new Redis(opts.url, {
         // Fail a command after a few reconnect attempts instead of stalling the hot path for long.
         maxRetriesPerRequest: 3,
-        // Our calls are batched already; this also pipelines ping and other clients of the connection.
-        enableAutoPipelining: true,
+        // No auto-pipelining: the adapter batches its calls itself, and ioredis's would hold each
+        // batch for one more turn of the event loop (and past a QUIT sent meanwhile).
       });
       // Without a listener ioredis prints every reconnect failure; ping() reports health.
       client.on('error', (err: Error) => opts.log?.warn({ err }, 'redis coordination connection error'));
@@ -425,6 +425,8 @@ export class RedisCoordination implements Coordination {
   }
 
   async close(): Promise<void> {
+    // Calls made just before close leave ahead of QUIT, not after it.
+    if (this.pending.length > 0) this.flush();
     if (!this.owned || this.redis.status === 'end') return;
     try {
       await this.redis.quit();
