@@ -127,6 +127,17 @@ describe('domain_backoff', () => {
     expect(await run(d)).toEqual({ type: 'defer', delayMs: 20 * MIN, reason: 'domain_backoff', scope: 'group' });
   });
 
+  it('decides with the clock of its own turn on a backoff read when the attempt started', async () => {
+    const d = `down-${++n}.example`;
+    for (let i = 0; i < 3; i++) await backoff().recordFailure(d); // one minute
+    const c = ctxFor(t, { to: `x@${d}` });
+    const early = domainBackoff.prefetch!(c);
+    expect(await domainBackoff.run(c, early)).toEqual({ type: 'defer', delayMs: MIN, reason: 'domain_backoff', scope: 'group' });
+    const later = domainBackoff.prefetch!(c);
+    t.clock.advance(MIN); // ends between the read and the phase
+    expect(await domainBackoff.run(c, later)).toEqual({ type: 'continue' });
+  });
+
   it('ends the backoff when the domain answers again', async () => {
     const d = `down-${++n}.example`;
     for (let i = 0; i < 3; i++) await backoff().recordFailure(d);

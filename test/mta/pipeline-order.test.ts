@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { PHASES, jitter, validateOrder, type Phase } from '../../src/mta/pipeline/index.js';
+import { PHASES, jitter, runPipeline, validateOrder, type Phase, type PipelineContext } from '../../src/mta/pipeline/index.js';
 
 describe('pipeline order', () => {
   it('is the spec\'s ten phases in the spec\'s order', () => {
@@ -35,6 +35,29 @@ describe('pipeline order', () => {
     const orphan: Phase = { name: 'x', needs: ['ip'], run: () => ({ type: 'continue' }) };
     expect(() => validateOrder([orphan, ...PHASES])).toThrow(/x needs "ip"/);
     expect(() => validateOrder([...PHASES, PHASES[0]!])).toThrow(/appears twice/);
+  });
+});
+
+describe('early reads (Phase.prefetch)', () => {
+  const ctx = () => ({ deps: { policy: { deferJitter: 0 }, random: () => 0.5 }, jobId: 'j', job: {}, reservations: [] }) as unknown as PipelineContext;
+
+  it('start before the first phase runs and reach their own phase as `early`', async () => {
+    const order: string[] = [];
+    const first: Phase = { name: 'first', run: () => (order.push('first runs'), { type: 'continue' }) };
+    const second: Phase = {
+      name: 'second',
+      prefetch: async () => (order.push('second reads'), 'value'),
+      run: async (_c, early) => (order.push(`second got ${String(await early)}`), { type: 'continue' }),
+    };
+    expect(await runPipeline(ctx(), [first, second])).toEqual({ type: 'continue' });
+    expect(order).toEqual(['second reads', 'first runs', 'second got value']);
+  });
+
+  it('a failed read of a phase that never runs is no unhandled rejection; one that runs gets the error', async () => {
+    const stop: Phase = { name: 'stop', run: () => ({ type: 'defer', delayMs: 1000, reason: 'r' }) };
+    const failing: Phase = { name: 'failing', prefetch: () => Promise.reject(new Error('store down')), run: async (_c, e) => (await e, { type: 'continue' }) };
+    expect(await runPipeline(ctx(), [stop, failing])).toMatchObject({ type: 'defer', phase: 'stop', delayMs: 1000 });
+    await expect(runPipeline(ctx(), [failing])).rejects.toThrow('store down');
   });
 });
 

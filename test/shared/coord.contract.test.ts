@@ -192,6 +192,14 @@ function contract(name: string, makeAdapter: (clock: ManualClock) => Coordinatio
         expect(await c.ringRead(k('ring'))).toEqual([]);
         await expect(c.ringPush(key, 'x', 0)).rejects.toThrow(RangeError);
       });
+
+      it('returns any string value as it was pushed', async () => {
+        const key = k('ring');
+        const values = ['say "hi"\\', 'ß→✓ 🙂', '42', '', 'a\nb\t/c', '[]', '{}'];
+        for (const v of values) await c.ringPush(key, v, 10);
+        expect(await c.ringRead(key)).toEqual(values);
+        expect(await c.ringPush(key, 'z', 2)).toEqual(['{}', 'z']);
+      });
     });
 
     describe('lease', () => {
@@ -286,6 +294,46 @@ function contract(name: string, makeAdapter: (clock: ManualClock) => Coordinatio
       });
     });
 
+    it('calls made together run in call order, each with the result it has alone', async () => {
+      const j = k('json');
+      const x = k('ctr');
+      const r = k('ring');
+      const w = k('sw');
+      // One turn of the event loop: the Redis adapter sends these as one batch.
+      const results = await Promise.all([
+        c.setJson(j, { a: 1 }),
+        c.getJson(j),
+        c.incr(x, 1, 60_000),
+        c.incr(x, 1, 60_000),
+        c.getCounter(x),
+        c.ringPush(r, 'a', 2),
+        c.ringPush(r, 'b', 2),
+        c.ringPush(r, 'c', 2),
+        c.slidingWindow(w, 1, 1000),
+        c.slidingWindow(w, 1, 1000),
+        c.setJson(j, null, 1),
+        c.getJson(j),
+      ]);
+      expect(results).toEqual([
+        undefined,
+        { a: 1 },
+        1,
+        2,
+        2,
+        ['a'],
+        ['a', 'b'],
+        ['b', 'c'],
+        { allowed: true, count: 1, retryAfterMs: 0 },
+        { allowed: false, count: 1, retryAfterMs: 1000 },
+        undefined,
+        null,
+      ]);
+      // More calls at once than one batch holds.
+      const many = k('ctr');
+      const values = await Promise.all(Array.from({ length: 700 }, () => c.incr(many, 1, 60_000)));
+      expect(values).toEqual(Array.from({ length: 700 }, (_, i) => i + 1));
+    });
+
     it('ping answers true', async () => {
       expect(await c.ping()).toBe(true);
     });
@@ -375,6 +423,23 @@ describe.runIf(redisAvailable)('redis adapter', () => {
     }
   });
 
+  it('a failing call fails alone: the others of its batch keep their results', async () => {
+    const c = new RedisCoordination({ url: redisUrl, keyPrefix, clock: new ManualClock() });
+    try {
+      const bad = k('ctr');
+      const good = k('ctr');
+      // A plain string where the adapter keeps a hash: WRONGTYPE inside the batch.
+      await admin.set(`${keyPrefix}c:${bad}`, 'x');
+      const [a, b, d] = await Promise.allSettled([c.incr(good, 1, 60_000), c.incr(bad, 1, 60_000), c.incr(good, 1, 60_000)]);
+      expect(a).toEqual({ status: 'fulfilled', value: 1 });
+      expect(b.status).toBe('rejected');
+      expect(String((b as PromiseRejectedResult).reason)).toMatch(/WRONGTYPE/);
+      expect(d).toEqual({ status: 'fulfilled', value: 2 });
+    } finally {
+      await c.close();
+    }
+  });
+
   it('prefixes every key and keeps a generous real expiry as a backstop', async () => {
     const c = new RedisCoordination({ url: redisUrl, keyPrefix, clock: new ManualClock() });
     try {
@@ -387,6 +452,15 @@ describe.runIf(redisAvailable)('redis adapter', () => {
     } finally {
       await c.close();
     }
+  });
+
+  it('runs the calls made just before close', async () => {
+    const c = new RedisCoordination({ url: redisUrl, keyPrefix, clock: new ManualClock() });
+    const key = k('ctr');
+    const pending = c.incr(key, 5, 60_000);
+    await c.close();
+    expect(await pending).toBe(5);
+    expect(await admin.hget(`${keyPrefix}c:${key}`, 'v')).toBe('5');
   });
 
   it('leaves a client it was given open', async () => {

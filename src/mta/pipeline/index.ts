@@ -68,11 +68,21 @@ export async function runPipeline(
   phases: readonly Phase[] = PHASES,
   observe?: PhaseObserver,
 ): Promise<PipelineOutcome> {
+  // Reads that depend on the job alone start together (Phase.prefetch); a phase that does not
+  // run leaves its read unused, so a failed one must not count as an unhandled rejection.
+  let early: (Promise<unknown> | undefined)[] | undefined;
+  for (let i = 0; i < phases.length; i++) {
+    const p = phases[i]!.prefetch;
+    if (!p) continue;
+    const read = p(ctx);
+    read.catch(() => {});
+    (early ??= new Array<Promise<unknown> | undefined>(phases.length))[i] = read;
+  }
   for (let i = 0; i < phases.length; i++) {
     const phase = phases[i]!;
     let result: PhaseResult;
     try {
-      const r = phase.run(ctx);
+      const r = phase.run(ctx, early?.[i]);
       // Most phases answer synchronously or from memory: skip the await when there is no promise.
       result = r instanceof Promise ? await r : r;
     } catch (err) {

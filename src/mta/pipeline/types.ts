@@ -47,7 +47,14 @@ export interface Phase {
   readonly name: string;
   readonly needs?: readonly Produced[];
   readonly produces?: readonly Produced[];
-  run(ctx: PipelineContext): PhaseResult | Promise<PhaseResult>;
+  /**
+   * Starts the phase's read of shared state when the attempt starts, with the other phases'
+   * reads (one round trip with Redis coordination instead of one per phase). Only for a read
+   * that depends on the job alone, never for a write: a phase that does not run leaves it unused.
+   * `run` gets the pending read as `early`; it still decides with the clock of its own turn.
+   */
+  prefetch?(ctx: PipelineContext): Promise<unknown>;
+  run(ctx: PipelineContext, early?: Promise<unknown>): PhaseResult | Promise<PhaseResult>;
 }
 
 /**

@@ -90,8 +90,8 @@ export class OrgBreaker {
    */
   async record(orgId: string, marker: BreakerMarker, probeEpoch?: number): Promise<void> {
     const b = this.policy.breaker;
-    const ring = await this.coord.ringPush(this.ringKey(orgId), marker, b.ringSize);
-    const s = await this.state(orgId);
+    // Called together: one round trip, and the store still pushes before it reads the state.
+    const [ring, s] = await Promise.all([this.coord.ringPush(this.ringKey(orgId), marker, b.ringSize), this.state(orgId)]);
     const now = this.clock.now();
     if (s.state === 'half_open' && probeEpoch === s.epoch) {
       if (marker !== 'd') {
