@@ -103,6 +103,23 @@ function isPostgres(pid: number): boolean {
   }
 }
 
+/**
+ * The Lettermill process that runs the cluster of a data directory, when it is alive and not
+ * this one: a second start must not take the cluster from under it (the check below would stop
+ * its server as if it were left behind). After a kill -9 the recorded pid is dead, or another
+ * program's.
+ */
+function liveOwner(ownerFile: string): number | null {
+  if (!existsSync(ownerFile)) return null;
+  const pid = Number(readFileSync(ownerFile, 'utf8').trim());
+  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid || !isAlive(pid)) return null;
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('node') ? pid : null;
+  } catch {
+    return null;
+  }
+}
+
 /** A server left behind by a process killed with -9 holds the data directory: stop it. */
 async function stopStaleServer(pgDir: string, log: Logger): Promise<void> {
   const pidFile = join(pgDir, 'postmaster.pid');
@@ -206,7 +223,13 @@ export async function startEmbeddedPostgres(opts: {
     pgDir = clusterDir(dataDir, account, { relocate: opts.relocate ?? false, log: opts.log });
   }
 
+  const ownerFile = join(dataDir, 'pg.owner');
+  const owner = liveOwner(ownerFile);
+  if (owner !== null) {
+    throw new Error(`DATA_DIR ${dataDir} is in use by another Lettermill (pid ${owner}): stop that one first, or give this one its own DATA_DIR`);
+  }
   await stopStaleServer(pgDir, opts.log);
+  writeFileSync(ownerFile, String(process.pid));
 
   let port = existsSync(portFile) ? Number(readFileSync(portFile, 'utf8')) : 0;
   if (!port || !(await portIsFree(port))) port = await freePort();
@@ -238,6 +261,7 @@ export async function startEmbeddedPostgres(opts: {
     if (stopped) return;
     stopped = true;
     process.removeListener('exit', onExit);
+    rmSync(ownerFile, { force: true });
     if (!running()) return;
     const exited = new Promise((r) => child.once('exit', r));
     child.kill('SIGINT'); // fast shutdown: rolls back open transactions, keeps data

@@ -163,6 +163,21 @@ describe('npm start on a fresh data directory', () => {
     expect(postgresPidsFor(dataDir)).toEqual([]);
   }, 90_000);
 
+  it('a second start while the first runs refuses, names the first, and leaves it running', async () => {
+    const first = await startHealthy();
+    const second = start();
+    expect(await second.exited).not.toBe(0);
+    expect(second.output()).toContain(`is in use by another Lettermill (pid ${first.child.pid})`);
+    // The first one's store was not stopped under it.
+    const health = await fetch(`http://127.0.0.1:${port}/api/v1/health`);
+    expect(health.status).toBe(200);
+    expect(((await health.json()) as any).data.store).toBe('ok');
+    first.child.kill('SIGTERM');
+    expect(await first.exited).toBe(0);
+    expect(postgresPidsFor(dataDir)).toEqual([]);
+    expect(existsSync(join(dataDir, 'pg.owner'))).toBe(false);
+  }, 90_000);
+
   it('a bad configuration value names the variable and exits non-zero', async () => {
     const child = spawn(process.execPath, [CLI, 'serve'], { env: { ...env, PORT: 'eighty' }, cwd: ROOT });
     let err = '';
