@@ -7,7 +7,8 @@
  *           `bounced` event in one statement). Baseline: the same messages, same client, to
  *           a bare smtp-server that reads each message and answers 250. Goal: ratio ≥ 0.5.
  *           The client (and the receiver of the event posts) run in a child process, so this
- *           process's CPU per message is the server's alone, for both; each server first takes
+ *           process's CPU per message is the server's alone, for both (the embedded
+ *           PostgreSQL's is read from /proc and printed beside it); each server first takes
  *           the same 100 warm-up messages, then the rest in 4 interleaved rounds (alternating
  *           which goes first) so that the machine's drifting load falls on both alike.
  *   parse   `parseReport` over the same messages on one core (what `lettermill bounce parse`
