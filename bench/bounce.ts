@@ -7,7 +7,8 @@
  *           `bounced` event in one statement). Baseline: the same messages, same client, to
  *           a bare smtp-server that reads each message and answers 250. Goal: ratio ≥ 0.5.
  *           The client (and the receiver of the event posts) run in a child process, so this
- *           process's CPU per message is the server's alone, for both; each server first takes
+ *           process's CPU per message is the server's alone, for both (the embedded
+ *           PostgreSQL's is read from /proc and printed beside it); each server first takes
  *           the same 100 warm-up messages, then the rest in 4 interleaved rounds (alternating
  *           which goes first) so that the machine's drifting load falls on both alike.
  *   parse   `parseReport` over the same messages on one core (what `lettermill bounce parse`
@@ -16,7 +17,7 @@
  * Runs on an embedded PostgreSQL in a temporary directory, or DATABASE_URL's server.
  */
 import { fork } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -125,6 +126,29 @@ async function send(port: number, messages: Message[]): Promise<{ rate: number; 
 type Push = { port: number; from: number; to: number };
 
 /**
+ * CPU seconds of the embedded PostgreSQL (its postmaster and the processes it forked), from
+ * /proc; null with DATABASE_URL's server or without /proc. Backends that exit are not counted
+ * (the pool keeps its connections through a run).
+ */
+function postgresCpuSeconds(dataDir: string): number | null {
+  const pidFile = join(dataDir, 'pg', 'postmaster.pid');
+  if (!existsSync(pidFile) || !existsSync('/proc/self/stat')) return null;
+  const root = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
+  let ticks = 0;
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(d) === root || Number(f[1]) === root) ticks += Number(f[11]) + Number(f[12]); // utime, stime (after pid, comm)
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return ticks / 100; // USER_HZ
+}
+
+/**
  * The SMTP client runs in a child process of its own, so its CPU is charged to neither server;
  * so does the receiver of the MTA's event posts (the backend's side, not the product's work).
  */
@@ -209,26 +233,30 @@ async function main(): Promise<void> {
     await sender.push(inboundPort, 0, WARM);
     // Interleaved rounds, alternating which server goes first: the machine's load drifts
     // (other work shares it), and both servers should see the same drift.
-    const sum = { bare: { s: 0, server: 0, client: 0 }, product: { s: 0, server: 0, client: 0 } };
+    const sum = { bare: { s: 0, server: 0, client: 0, pg: 0 }, product: { s: 0, server: 0, client: 0, pg: 0 } };
     const per = Math.ceil(N / ROUNDS);
     for (let r = 0; r < ROUNDS; r++) {
       const from = WARM + r * per;
       const to = Math.min(WARM + N, from + per);
       const order = r % 2 === 0 ? (['bare', 'product'] as const) : (['product', 'bare'] as const);
       for (const which of order) {
+        const pg0 = postgresCpuSeconds(dataDir);
         const got = await sender.push(which === 'bare' ? barePort : inboundPort, from, to);
+        const pg1 = postgresCpuSeconds(dataDir);
         const n = to - from;
+        if (pg0 !== null && pg1 !== null) sum[which].pg += (pg1 - pg0) * 1000;
         sum[which].s += n / got.rate;
         sum[which].server += got.serverCpuMs * n;
         sum[which].client += got.clientCpuMs * n;
       }
     }
-    const total = (x: (typeof sum)['bare']) => ({ rate: N / x.s, serverCpuMs: x.server / N, clientCpuMs: x.client / N });
+    const total = (x: (typeof sum)['bare']) => ({ rate: N / x.s, serverCpuMs: x.server / N, clientCpuMs: x.client / N, pgCpuMs: x.pg / N });
     const baseline = total(sum.bare);
     const product = total(sum.product);
     const applied = await running.services.db.query<{ n: string }>(`SELECT count(*) AS n FROM mta_feedback_reports WHERE outcome = 'applied'`);
     const suppressed = await running.services.db.query<{ n: string }>(`SELECT count(*) AS n FROM mta_suppression WHERE reason = 'hard_bounce'`);
-    const cpu = (r: typeof baseline) => `server ${fmt(r.serverCpuMs, 2)} ms CPU/msg, client ${fmt(r.clientCpuMs, 2)}`;
+    const measured = postgresCpuSeconds(dataDir) !== null;
+    const cpu = (r: typeof baseline) => `server ${fmt(r.serverCpuMs, 2)} ms CPU/msg, client ${fmt(r.clientCpuMs, 2)}${measured ? `, PostgreSQL ${fmt(r.pgCpuMs, 2)}` : ''}`;
     console.log(`  bare smtp-server accept   ${fmt(baseline.rate)} msg/s   ${cpu(baseline)}`);
     console.log(`  inbound server (applied)  ${fmt(product.rate)} msg/s   ${cpu(product)}   applied ${applied.rows[0]!.n}, suppressed ${suppressed.rows[0]!.n}`);
     console.log(`  ratio                     ×${fmt(product.rate / baseline.rate, 2)}   (goal ≥ 0.5)`);

@@ -106,10 +106,11 @@ export class ProvenanceStore {
       domain: string;
       ip: string | null;
       sent_at: Date;
-    }>(`SELECT * FROM mta_send_provenance WHERE message_id = ANY($1::text[]) AND sent_at > $2`, [
-      [...new Set(ids)],
-      new Date(this.clock.now() - DELIVERY.provenanceRetentionMs),
-    ]);
+    }>({
+      name: 'mta_provenance_lookup',
+      text: `SELECT * FROM mta_send_provenance WHERE message_id = ANY($1::text[]) AND sent_at > $2`,
+      values: [[...new Set(ids)], new Date(this.clock.now() - DELIVERY.provenanceRetentionMs)],
+    });
     const found = new Map(
       res.rows.map((r) => [
         r.message_id,

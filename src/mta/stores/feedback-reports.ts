@@ -49,6 +49,29 @@ export interface ReportWritten {
 
 const COLUMNS = ['dedupe_key', 'kind', 'outcome', 'source', 'message_id', 'organization_id', 'recipient', 'reason', 'feedback_type', 'spf', 'dkim', 'dmarc', 'remote_ip'] as const;
 
+const p = (n: number) => `$${n}`;
+const BASE = COLUMNS.length + 3;
+/**
+ * The batch's one statement: its text never changes (the batch is in the array parameters),
+ * so it is prepared once per connection, not parsed and planned at every write.
+ */
+const WRITE_SQL = `WITH rep AS (
+     INSERT INTO mta_feedback_reports (${COLUMNS.join(', ')}, hard, received_at)
+     SELECT ${COLUMNS.map((c) => `u.${c}`).join(', ')}, h.hard, ${p(COLUMNS.length + 2)}::timestamptz
+       FROM unnest(${COLUMNS.map((_, n) => `${p(n + 1)}::text[]`).join(', ')}) WITH ORDINALITY AS u(${COLUMNS.join(', ')}, n)
+       JOIN unnest(${p(COLUMNS.length + 1)}::boolean[]) WITH ORDINALITY AS h(hard, n) USING (n)
+     ON CONFLICT (dedupe_key) DO NOTHING RETURNING dedupe_key),
+   ${suppressionUpsertCtes(
+     `SELECT u.a, u.r, u.s, u.n FROM unnest(${p(BASE)}::text[], ${p(BASE + 1)}::text[], ${p(BASE + 2)}::text[], ${p(BASE + 3)}::text[]) WITH ORDINALITY AS u(a, r, s, k, n)
+       WHERE u.k IS NULL OR u.k IN (SELECT dedupe_key FROM rep)`,
+     `${p(COLUMNS.length + 2)}::timestamptz`,
+   )},
+   ev AS (${insertEventsSql(BASE + 4, 'u.k IS NULL OR u.k IN (SELECT dedupe_key FROM rep)')})
+   SELECT 'rep' AS t, dedupe_key AS v FROM rep
+   UNION ALL SELECT 'sup', address FROM sup
+   UNION ALL SELECT 'ev', id FROM ev
+   UNION ALL SELECT 'notify', NULL FROM sup_notify`;
+
 export class FeedbackReportStore {
   private readonly writes: Batcher<ReportWrite, ReportWritten>;
 
@@ -58,7 +81,10 @@ export class FeedbackReportStore {
     private readonly leaseMs: number,
     private readonly suppression: Pick<SuppressionStore, 'noteAdded'>,
   ) {
-    this.writes = new Batcher((items) => this.writeMany(items), { maxInFlight: 2, maxItems: 200 });
+    // One write at a time: the NOTIFY lock is held through each commit's WAL flush, so a second
+    // write in flight could not commit alongside the first anyway; waiting, its reports join
+    // the next batch instead (fewer, larger commits: bench:bounce used less CPU and did no worse).
+    this.writes = new Batcher((items) => this.writeMany(items), { maxInFlight: 1, maxItems: 200 });
   }
 
   record(write: ReportWrite): Promise<ReportWritten> {
@@ -82,28 +108,12 @@ export class FeedbackReportStore {
     const keyed = items.filter((_, n) => first[n]);
     const sup = keyed.filter((i) => i.suppress);
     const events = keyed.flatMap((i) => i.events.map((e) => ({ e, key: i.row.dedupeKey })));
-    const p = (n: number) => `$${n}`;
-    const base = COLUMNS.length + 3;
     // One statement, so one round trip and an implicit transaction: the row, the suppression
     // (and its NOTIFY) and the events commit together or not at all.
-    const res = await this.db.query<{ t: string; v: string | null }>(
-      `WITH rep AS (
-         INSERT INTO mta_feedback_reports (${COLUMNS.join(', ')}, hard, received_at)
-         SELECT ${COLUMNS.map((c) => `u.${c}`).join(', ')}, h.hard, ${p(COLUMNS.length + 2)}::timestamptz
-           FROM unnest(${COLUMNS.map((_, n) => `${p(n + 1)}::text[]`).join(', ')}) WITH ORDINALITY AS u(${COLUMNS.join(', ')}, n)
-           JOIN unnest(${p(COLUMNS.length + 1)}::boolean[]) WITH ORDINALITY AS h(hard, n) USING (n)
-         ON CONFLICT (dedupe_key) DO NOTHING RETURNING dedupe_key),
-       ${suppressionUpsertCtes(
-         `SELECT u.a, u.r, u.s, u.n FROM unnest(${p(base)}::text[], ${p(base + 1)}::text[], ${p(base + 2)}::text[], ${p(base + 3)}::text[]) WITH ORDINALITY AS u(a, r, s, k, n)
-           WHERE u.k IS NULL OR u.k IN (SELECT dedupe_key FROM rep)`,
-         `${p(COLUMNS.length + 2)}::timestamptz`,
-       )},
-       ev AS (${insertEventsSql(base + 4, 'u.k IS NULL OR u.k IN (SELECT dedupe_key FROM rep)')})
-       SELECT 'rep' AS t, dedupe_key AS v FROM rep
-       UNION ALL SELECT 'sup', address FROM sup
-       UNION ALL SELECT 'ev', id FROM ev
-       UNION ALL SELECT 'notify', NULL FROM sup_notify`,
-      [
+    const res = await this.db.query<{ t: string; v: string | null }>({
+      name: 'mta_feedback_reports_write',
+      text: WRITE_SQL,
+      values: [
         rows.map((r) => r.dedupeKey),
         rows.map((r) => r.kind),
         rows.map((r) => r.outcome),
@@ -130,7 +140,7 @@ export class FeedbackReportStore {
         ),
         events.map((x) => x.key),
       ],
-    );
+    });
     const inserted = new Set<string | null>();
     const ids = new Set<string>();
     const suppressed: string[] = [];
