@@ -6,9 +6,10 @@
  * multi-row `INSERT … ON CONFLICT` each (new contacts are created; existing ones get the
  * names the file gives). Progress and the first rejected rows are kept in contact_imports.
  *
- * Not durable across a restart: an import still running when the backend stops is marked
- * failed at the next start (the operator uploads it again; rows already written stay, and a
- * second run only updates them).
+ * Not durable across a restart: an import whose process stopped is marked failed once its
+ * progress has not moved for CONTACT_IMPORT.staleAfterMs, by the next start of any instance or
+ * by a running instance's periodic check (the operator uploads it again; rows already written
+ * stay, and a second run only updates them). Imports other instances are running continue.
  */
 import { createReadStream, createWriteStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -97,18 +98,30 @@ class SpoolCounter extends Transform {
 
 export class ContactImporter {
   private readonly running = new Set<Promise<void>>();
+  private timer: NodeJS.Timeout | undefined;
 
   constructor(private readonly d: ImportDeps) {}
 
-  /** Imports a previous process left running cannot finish: they are marked failed. */
+  /** Marks failed the imports whose process is gone (see the file comment), now and periodically. */
   async start(): Promise<void> {
-    await this.d.db.query(
-      `UPDATE contact_imports SET state = 'failed', error = 'interrupted by a restart; upload the file again', updated_at = $1, finished_at = $1 WHERE state = 'running'`,
-      [toIso(this.d.clock.now())],
+    await this.failStale();
+    this.timer = setInterval(() => void this.failStale().catch((err) => this.d.log.warn({ err }, 'stale contact import check failed')), CONTACT_IMPORT.staleAfterMs);
+    this.timer.unref();
+  }
+
+  /** Returns the ids of the imports marked failed. */
+  async failStale(): Promise<string[]> {
+    const now = this.d.clock.now();
+    const r = await this.d.db.query<{ id: string }>(
+      `UPDATE contact_imports SET state = 'failed', error = 'interrupted: the process running it stopped; upload the file again', updated_at = $1, finished_at = $1
+        WHERE state = 'running' AND updated_at < $2 RETURNING id`,
+      [toIso(now), toIso(now - CONTACT_IMPORT.staleAfterMs)],
     );
+    return r.rows.map((x) => x.id);
   }
 
   async stop(): Promise<void> {
+    clearInterval(this.timer);
     await Promise.allSettled([...this.running]);
   }
 

@@ -87,4 +87,10 @@ export const CONTACT_IMPORT = {
   maxFieldLength: 1_000,
   /** Rows per page of the streamed export. */
   exportPage: 5_000,
+  /**
+   * A running import whose progress has not moved for this long belongs to a process that is
+   * gone (progress is written every batchRows rows, well under a second apart): it is marked
+   * failed. Another instance's import in progress is left alone.
+   */
+  staleAfterMs: 5 * 60_000,
 } as const;

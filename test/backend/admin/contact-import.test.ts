@@ -8,6 +8,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CsvReader } from '../../../src/shared/csv.js';
 import { ADMIN_TOKEN, call, eventually, startBackend, type Backend } from '../public/helpers.js';
 import { login } from './helpers.js';
+import { ManualClock } from '../../../src/shared/clock.js';
+import { ContactImporter } from '../../../src/backend/api/contact-import.js';
+import { CONTACT_IMPORT } from '../../../src/backend/api/policy.js';
 
 const N = 100_000;
 const PW = 'correct horse battery';
@@ -121,4 +124,30 @@ describe('CSV contact import and export', () => {
     expect(failed.error).toContain('email');
     expect((await call(b.url, 'GET', '/admin/contacts/imports/imp_nope', { admin: true })).status).toBe(404);
   });
+});
+
+describe('imports whose process is gone', () => {
+  it('are marked failed once their progress is stale; another instance’s import in progress goes on', async () => {
+    const clock = new ManualClock(Date.parse('2026-11-26T08:00:00Z'));
+    const b = await startBackend({ clock });
+    try {
+      const at = (ms: number) => new Date(clock.now() - ms).toISOString();
+      await b.app.db.pool.query(
+        `INSERT INTO contact_imports (id, state, total, created_at, updated_at) VALUES
+           ('imp_gone', 'running', 10, $1, $1), ('imp_busy', 'running', 10, $2, $2), ('imp_done', 'done', 10, $1, $1)`,
+        [at(CONTACT_IMPORT.staleAfterMs + 1_000), at(1_000)],
+      );
+      const importer = new ContactImporter({ db: b.app.services.db, clock, log: b.app.services.log });
+      expect(await importer.failStale()).toEqual(['imp_gone']);
+      const state = async () => Object.fromEntries((await b.app.db.pool.query(`SELECT id, state FROM contact_imports WHERE id LIKE 'imp_%' ORDER BY id`)).rows.map((r) => [r.id, r.state]));
+      expect(await state()).toMatchObject({ imp_gone: 'failed', imp_busy: 'running', imp_done: 'done' });
+      // The busy one stops moving (its process died): later it is stale too.
+      clock.advance(CONTACT_IMPORT.staleAfterMs);
+      expect(await importer.failStale()).toEqual(['imp_busy']);
+      expect(await state()).toMatchObject({ imp_gone: 'failed', imp_busy: 'failed', imp_done: 'done' });
+      await importer.stop();
+    } finally {
+      await b.close();
+    }
+  }, 60_000);
 });
