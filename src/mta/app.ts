@@ -522,7 +522,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
   const submissionKeys = new DkimKeyCache(stores.dkim, s.clock);
   const submissionServers = cfg.SUBMISSION_ENABLED
     ? (() => {
-        const auth = new SubmissionAuth({ masterKey: cfg.MTA_API_KEY, credentials: stores.credentials, appPasswords: appPasswords.check, policy: policy.submission, clock: s.clock, log });
+        const auth = new SubmissionAuth({ masterKey: cfg.MTA_API_KEY, credentials: stores.credentials, appPasswords: appPasswords.check, policy: policy.submission, coord: s.coord, log });
         const common = {
           host: cfg.SUBMISSION_HOST ?? '',
           name: bounceHost,

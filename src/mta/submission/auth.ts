@@ -3,9 +3,10 @@
  * master key (constant-time compare), an organization key, or an app password the backend
  * verifies. The username is ignored. Repeated failures from one address are throttled:
  * past the policy's count in its window the address gets 421 4.7.0 for the ban time, and
- * the password itself is never logged.
+ * the password itself is never logged. Failures and bans are counters in the coordination
+ * store, so a fleet behind one address bans together (REDIS_URL), not instance by instance.
  */
-import type { Clock } from '../../shared/clock.js';
+import type { Coordination } from '../../shared/coord/types.js';
 import { safeEqual } from '../../shared/crypto.js';
 import type { Logger } from '../../shared/log.js';
 import { smtpError } from '../inbound/server.js';
@@ -17,34 +18,29 @@ import type { SubmissionPrincipal } from './intake.js';
 export type AppPasswordCheck = (password: string) => Promise<Extract<SubmissionPrincipal, { kind: 'app' }> | null>;
 
 export class SubmissionAuth {
-  private readonly failures = new Map<string, { count: number; since: number; bannedUntil: number }>();
-
   constructor(
     private readonly o: {
       masterKey: string | undefined;
       credentials: CredentialStore;
       appPasswords?: AppPasswordCheck;
       policy: MtaPolicy['submission'];
-      clock: Clock;
+      /** Failure counts and bans (TTL counters on the store's clock). */
+      coord: Coordination;
       log: Logger;
     },
   ) {}
 
   async verify(password: string, remoteIp: string): Promise<SubmissionPrincipal | null> {
-    const now = this.o.clock.now();
-    const f = this.failures.get(remoteIp);
-    if (f && f.bannedUntil > now) throw smtpError(421, '4.7.0 Too many failed authentication attempts, try again later');
+    const banKey = `mta:submission:auth-ban:${remoteIp}`;
+    if ((await this.o.coord.getCounter(banKey)) > 0) throw smtpError(421, '4.7.0 Too many failed authentication attempts, try again later');
     const p = await this.principal(password);
     if (p) return p;
     const limits = this.o.policy.authFailures;
-    const entry = f && now - f.since < limits.windowMs ? f : { count: 0, since: now, bannedUntil: 0 };
-    entry.count++;
-    if (entry.count >= limits.max) {
-      entry.bannedUntil = now + limits.banMs;
-      this.o.log.warn({ remoteIp, failures: entry.count }, 'SMTP submission: address banned after repeated AUTH failures');
+    // The window starts at the first failure (the counter's TTL is set when it is created).
+    const count = await this.o.coord.incr(`mta:submission:auth-fail:${remoteIp}`, 1, limits.windowMs);
+    if (count >= limits.max && (await this.o.coord.incr(banKey, 1, limits.banMs)) === 1) {
+      this.o.log.warn({ remoteIp, failures: count }, 'SMTP submission: address banned after repeated AUTH failures');
     }
-    this.failures.set(remoteIp, entry);
-    if (this.failures.size > 10_000) this.prune(now);
     return null;
   }
 
@@ -58,7 +54,4 @@ export class SubmissionAuth {
     return this.o.appPasswords ? this.o.appPasswords(password) : null;
   }
 
-  private prune(now: number): void {
-    for (const [ip, e] of this.failures) if (e.bannedUntil <= now && now - e.since >= this.o.policy.authFailures.windowMs) this.failures.delete(ip);
-  }
 }
