@@ -6,8 +6,24 @@ import { parseReport } from '../../../src/shared/mail/bounce/parse.js';
 const dir = join(import.meta.dirname, '../../fixtures/bounces');
 const read = (name: string) => readFileSync(join(dir, name));
 
+type Case = [file: string, recipient: string, status: string | null, reply: number | null, reason: string, hard: boolean];
+
+/** One test per fixture: a DSN of one recipient with this status, reply code and verdict; `more` checks the rest. */
+function expectEach(cases: Case[], more?: (r: Awaited<ReturnType<typeof parseReport>>) => void): void {
+  for (const [file, recipient, status, reply, reason, hard] of cases) {
+    it(`${file} → ${recipient} ${status} ${reason} ${hard ? 'hard' : 'soft'}`, async () => {
+      const r = await parseReport(read(file));
+      expect(r.kind).toBe('dsn');
+      expect(r.recipients).toHaveLength(1);
+      expect(r.recipients[0]).toMatchObject({ recipient, status, replyCode: reply, reason, hardBounce: hard });
+      expect(r.recipients[0]!.diagnostic).toBeTruthy();
+      more?.(r);
+    });
+  }
+}
+
 describe('parseReport: plain-text and DSN bounces written from the vendors’ documented formats', () => {
-  const cases: [file: string, recipient: string, status: string | null, reply: number | null, reason: string, hard: boolean][] = [
+  const cases: Case[] = [
     ['vendor/qmail.eml', 'nobody@qmail.example', '5.1.1', 550, 'userunknown', true],
     ['vendor/exim.eml', 'full@exim.example', '5.2.2', 552, 'mailboxfull', false],
     ['vendor/sendmail.eml', 'gone@sendmail.example', '5.1.1', 550, 'userunknown', true],
@@ -27,15 +43,7 @@ describe('parseReport: plain-text and DSN bounces written from the vendors’ do
     // No command named: Sisimai's order reads user-unknown words under 5.7.1 as a filter.
     ['vendor/yandex.eml', 'nouser@yandex.ru', '5.7.1', 550, 'filtered', false],
   ];
-  for (const [file, recipient, status, reply, reason, hard] of cases) {
-    it(`${file} → ${recipient} ${status} ${reason} ${hard ? 'hard' : 'soft'}`, async () => {
-      const r = await parseReport(read(file));
-      expect(r.kind).toBe('dsn');
-      expect(r.recipients).toHaveLength(1);
-      expect(r.recipients[0]).toMatchObject({ recipient, status, replyCode: reply, reason, hardBounce: hard });
-      expect(r.recipients[0]!.diagnostic).toBeTruthy();
-    });
-  }
+  expectEach(cases);
 
   it('reads the returned original headers: CFBL-Feedback-ID, Message-ID, Return-Path', async () => {
     for (const file of ['vendor/qmail.eml', 'vendor/exim.eml', 'vendor/sendmail.eml', 'vendor/office365.eml', 'vendor/gmail-dsn.eml', 'vendor/gmx.eml', 'vendor/yandex.eml']) {
@@ -76,7 +84,7 @@ describe('parseReport: plain-text and DSN bounces written from the vendors’ do
 });
 
 describe('parseReport: the wider vendor set (test/fixtures/bounces/vendor/SOURCES.md names each one’s document and reason)', () => {
-  const cases: [file: string, recipient: string, status: string | null, reply: number | null, reason: string, hard: boolean][] = [
+  const cases: Case[] = [
     // Microsoft 365 / Exchange Online and Exchange Server (NDR codes, learn.microsoft.com)
     ['vendor/o365-relay-denied.eml', 'ghost@fabrikam.example', '5.4.1', 550, 'norelaying', false],
     ['vendor/o365-not-authorized.eml', 'allstaff@contoso.example', '5.7.1', 550, 'rejected', false],
@@ -149,16 +157,9 @@ describe('parseReport: the wider vendor set (test/fixtures/bounces/vendor/SOURCE
     ['vendor/163-spam.eml', 'reader@163.com', '5.0.0', 554, 'spamdetected', false],
     ['vendor/163-user-not-found.eml', 'nobody@163.com', '5.0.0', 550, 'userunknown', true],
   ];
-  for (const [file, recipient, status, reply, reason, hard] of cases) {
-    it(`${file} → ${recipient} ${status} ${reason} ${hard ? 'hard' : 'soft'}`, async () => {
-      const r = await parseReport(read(file));
-      expect(r.kind).toBe('dsn');
-      expect(r.recipients).toHaveLength(1);
-      expect(r.recipients[0]).toMatchObject({ recipient, status, replyCode: reply, reason, hardBounce: hard });
-      expect(r.recipients[0]!.diagnostic).toBeTruthy();
-      expect(r, 'the returned original').toMatchObject({ cfblFeedbackId: '42:cfbltoken', originalMessageId: 'orig-1@lettermill.test', originalMailFrom: 'bounce+tok123@bounces.lettermill.test' });
-    });
-  }
+  expectEach(cases, (r) =>
+    expect(r, 'the returned original').toMatchObject({ cfblFeedbackId: '42:cfbltoken', originalMessageId: 'orig-1@lettermill.test', originalMailFrom: 'bounce+tok123@bounces.lettermill.test' }),
+  );
 
   it('every vendor fixture is in a table (a new file without an expectation fails)', () => {
     const listed = new Set([...cases.map((c) => c[0])]);
