@@ -44,7 +44,9 @@ async function supervise(
 ): Promise<RelayMta> {
   const remove = async () => {
     await killProcess(d.child);
-    await rm(d.dir, { recursive: true, force: true });
+    // Exim's delivery processes (it re-executes itself) may still be closing their log files
+    // when the daemon is gone: an rmdir racing them meets ENOTEMPTY, so it is tried again.
+    await rm(d.dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
   };
   try {
     await waitForGreeting(d.host, d.port, d.name, () => d.child.exitCode === null, d.log);
