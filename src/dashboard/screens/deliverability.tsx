@@ -5,6 +5,7 @@
  */
 import { useState } from 'preact/hooks';
 import { api, qs, type Page } from '../api.js';
+import type { QueueDomain } from '../../shared/contracts/mta.js';
 import { ErrorBox, Field, Notice, Pager, Screen, useAction, useCanWrite, useCursorPage, useLoad, when } from '../ui.js';
 
 const TABS: [string, string][] = [
@@ -213,16 +214,6 @@ async function exportSuppressions(): Promise<void> {
   a.download = 'suppressions.csv';
   a.click();
   setTimeout(() => URL.revokeObjectURL(url), 1000);
-}
-
-interface QueueDomain {
-  domain: string;
-  pending: number;
-  delayed: number;
-  active: number;
-  oldestAt: string | null;
-  lastReply: { code: number; text: string | null; at: string } | null;
-  paused: { reason: string | null; until: string } | null;
 }
 
 /** The queue by destination domain (MTA /queue/domains), 25 domains a page. */

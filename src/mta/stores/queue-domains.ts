@@ -1,19 +1,6 @@
 import type { Db } from '../../shared/db/pool.js';
+import type { QueueDomain } from '../../shared/contracts/mta.js';
 
-export interface QueueDomain {
-  domain: string;
-  /** Due now. */
-  pending: number;
-  /** Waiting for their run time or for their group's pause. */
-  delayed: number;
-  active: number;
-  /** Enqueue time of the oldest pending job (ISO), null when none is pending. */
-  oldestAt: string | null;
-  /** The newest reply a remote server gave for the domain (delivery log). */
-  lastReply: { code: number; text: string | null; at: string } | null;
-  /** A pause of the domain's queue group(s), with the reason the deferring job recorded. */
-  paused: { reason: string | null; until: string } | null;
-}
 
 /**
  * One page of destination domains with work queued (group key `pool:domain`), in domain order.

@@ -406,3 +406,21 @@ export const MtaDeliveryLogPageSchema = Type.Object({ data: Type.Array(MtaDelive
 export type MtaDeliveryLogPage = Static<typeof MtaDeliveryLogPageSchema>;
 /** The page size `GET /delivery-logs` allows at most. */
 export const MTA_LOG_PAGE_MAX = 1000;
+
+// ------------------------------------------------------------------------ queue by domain
+
+/** One row of `GET /queue/domains` (the MTA's queue by destination domain; the dashboard shows it). */
+export interface QueueDomain {
+  domain: string;
+  /** Due now. */
+  pending: number;
+  /** Waiting for their run time or for their group's pause. */
+  delayed: number;
+  active: number;
+  /** Enqueue time of the oldest pending job (ISO), null when none is pending. */
+  oldestAt: string | null;
+  /** The newest reply a remote server gave for the domain (delivery log). */
+  lastReply: { code: number; text: string | null; at: string } | null;
+  /** A pause of the domain's queue group(s), with the reason the deferring job recorded. */
+  paused: { reason: string | null; until: string } | null;
+}
