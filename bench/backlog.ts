@@ -201,7 +201,7 @@ async function main(): Promise<void> {
       const enqueueRate = await enqueue(db, depth);
       await db.query('CHECKPOINT');
       const size = await db.query<{ bytes: string; n: string; payload: string }>(
-        "SELECT pg_total_relation_size('queue_jobs') + pg_total_relation_size('queue_groups') AS bytes, (SELECT count(*) FROM queue_jobs) AS n, (SELECT avg(octet_length(payload::text)) FROM (SELECT payload FROM queue_jobs LIMIT 1000) s) AS payload",
+        "SELECT pg_total_relation_size('queue_jobs') + pg_total_relation_size('queue_groups') AS bytes, (SELECT count(*) FROM queue_jobs) AS n, (SELECT avg(octet_length(payload)) FROM (SELECT payload FROM queue_jobs LIMIT 1000) s) AS payload",
       );
       const diskBytesPerMessage = Number(size.rows[0]!.bytes) / Number(size.rows[0]!.n);
       const payloadBytes = Number(size.rows[0]!.payload);

@@ -8,7 +8,6 @@
  * WAL bytes and table bytes per row, and our own CPU to compress and decompress one payload.
  * Runs on an embedded PostgreSQL in a temp dir (DATABASE_URL to use another server).
  */
-import { randomBytes, randomInt } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,7 +16,7 @@ import { startEmbeddedPostgres, type EmbeddedStore } from '../src/runtime/embedd
 import { createPool, type Db } from '../src/shared/db/pool.js';
 import { silentLogger } from '../src/shared/log.js';
 import { benchJob } from './mta-e2e.js';
-import { htmlBody } from './mta.js';
+import { htmlBody, variedHtml } from './mta.js';
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 3000);
 const BYTES = Number(process.env.BENCH_BODY_BYTES ?? 100 * 1024);
@@ -41,23 +40,6 @@ const CODECS: Codec[] = [
     decode: (b) => brotliDecompressSync(b).toString(),
   },
 ];
-
-/** Closer to a real newsletter than htmlBody: words drawn from a large vocabulary, a random token per link (as tracking links carry). */
-function variedHtml(bytes: number, seed: number): string {
-  const rnd = (n: number) => randomBytes(n).toString('base64url');
-  const vocab = Array.from({ length: 5000 }, (_, i) => rnd(3 + (i % 7)).toLowerCase());
-  const lines: string[] = ['<!doctype html><html><body>', `<h1>Issue ${seed}</h1>`];
-  let size = 60;
-  while (size < bytes) {
-    let line = '<p>';
-    for (let w = 0; w < 12; w++) line += `${vocab[randomInt(vocab.length)]} `;
-    line += `<a href="https://t.example.test/c/${rnd(16)}">${vocab[randomInt(vocab.length)]}</a></p>`;
-    lines.push(line);
-    size += Buffer.byteLength(line) + 1;
-  }
-  lines.push('</body></html>');
-  return lines.join('\n');
-}
 
 function cpuMs(f: () => void, n: number): number {
   const t = process.cpuUsage();

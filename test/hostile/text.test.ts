@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { signTimestamped } from '../../src/backend/feedback/verify/hmac.js';
+import { decodePayload } from '../../src/shared/queue/payload-codec.js';
 import { MTA_SECRET, startProduct, type Product } from './helpers.js';
 
 let p: Product;
@@ -148,8 +149,8 @@ describe('finding 6: template variables are own properties only', () => {
   it('a variable named constructor that the request defines is used', async () => {
     const r = await p.call(p.backend, 'POST', '/api/v1/transactional', { auth: key, body: { to: 'tpl@example.com', from: 'a@sender.example', subject: 'Hi {{constructor}}', html: '<p>{{toString}}</p>', variables: { constructor: 'C', toString: '<T>' } } });
     expect(r.status, JSON.stringify(r.body)).toBe(202);
-    const jobs = await p.app.db.pool.query<{ payload: string }>(`SELECT payload FROM queue_jobs WHERE queue = 'mta'`);
-    const payload = jobs.rows.map((j) => JSON.parse(j.payload)).find((j) => j.messageId === r.body.data.id);
+    const jobs = await p.app.db.pool.query<{ payload: Buffer }>(`SELECT payload FROM queue_jobs WHERE queue = 'mta'`);
+    const payload = jobs.rows.map((j) => JSON.parse(decodePayload(j.payload))).find((j) => j.messageId === r.body.data.id);
     expect(payload).toMatchObject({ subject: 'Hi C', html: '<p>&lt;T&gt;</p>' });
   });
 });

@@ -1,6 +1,7 @@
 /** POST /send: validation, authentication and scoping, engagement bands, idempotency, back-pressure. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findInputFault } from '../../src/shared/input.js';
+import { decodePayload } from '../../src/shared/queue/payload-codec.js';
 import { emailJob, MASTER, startMta, type TestMta } from './helpers.js';
 
 let t: TestMta;
@@ -66,8 +67,8 @@ describe('accepting a job', () => {
     });
     expect(stored!.groupKey).toBe('campaign:example.org');
     // The body's own text was stored (not serialised again): its 1e400 is still there, overridden by the appended null.
-    const text = await t.db.pool.query<{ payload: string }>('SELECT payload FROM queue_jobs WHERE id = $1', [stored!.id]);
-    expect(text.rows[0]!.payload).toContain('"engagementScore": 1e400');
+    const text = await t.db.pool.query<{ payload: Buffer }>('SELECT payload FROM queue_jobs WHERE id = $1', [stored!.id]);
+    expect(decodePayload(text.rows[0]!.payload)).toContain('"engagementScore": 1e400');
     // Other routes keep Fastify's own JSON handling: bad JSON is still the envelope's 400.
     const bad = await fetch(`${t.url}/send`, { method: 'POST', headers: { authorization: `Bearer ${MASTER}`, 'content-type': 'application/json' }, body: '{"messageId":' });
     expect(bad.status).toBe(400);
@@ -81,7 +82,7 @@ describe('accepting a job', () => {
     const stored = async (res: Response) => {
       expect(res.status).toBe(202);
       const id = ((await res.json()) as any).data.jobId;
-      const text = (await t.db.pool.query<{ payload: string }>('SELECT payload FROM queue_jobs WHERE id = $1', [id])).rows[0]!.payload;
+      const text = decodePayload((await t.db.pool.query<{ payload: Buffer }>('SELECT payload FROM queue_jobs WHERE id = $1', [id])).rows[0]!.payload);
       return { text, job: await job(id) };
     };
     const bom = await stored(await post(Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(JSON.stringify(emailJob({ messageId: 'bom-1', html: '<p>caf\u00e9</p>' })))])));

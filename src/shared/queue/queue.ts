@@ -21,6 +21,7 @@ import { systemClock, toIso, type Clock } from '../clock.js';
 import type { Queryable } from '../db/pool.js';
 import { retryOnConflict } from '../db/retry.js';
 import { PayloadCache } from './payload-cache.js';
+import { decodePayload, encodePayload } from './payload-codec.js';
 import type {
   AttemptRecord,
   EnqueueInput,
@@ -93,8 +94,8 @@ function toJob<P>(r: JobRow): Job<P> {
     queue: r.queue,
     groupKey: r.group_key,
     priority: r.priority,
-    // Stored as text (migration 005); rows written before it may come back parsed.
-    payload: (typeof r.payload === 'string' ? JSON.parse(r.payload) : r.payload) as P,
+    // Stored bytes (payload-codec.ts), or the text the payload cache held; null: a lean claim's row.
+    payload: (r.payload === null ? null : JSON.parse(decodePayload(r.payload as Buffer | string))) as P,
     state: r.state,
     attempts: r.attempts,
     maxAttempts: r.max_attempts,
@@ -143,7 +144,7 @@ const ENQUEUE_SQL = (returnRows: boolean, fold?: Pick<EnqueueFold, 'ctes' | 'gua
            WITH ORDINALITY AS t(group_key, priority, payload_at, payload_len, run_at, org_id, dedupe_key, ord)
   ), ins AS (
     INSERT INTO queue_jobs (id, queue, group_key, priority, payload, run_at, max_attempts, org_id, dedupe_key, created_at)
-    SELECT i.id, $1, i.group_key, i.priority, convert_from(substring($10::bytea FROM i.payload_at FOR i.payload_len), 'UTF8'),
+    SELECT i.id, $1, i.group_key, i.priority, substring($10::bytea FROM i.payload_at FOR i.payload_len),
            i.run_at, $8, i.org_id, i.dedupe_key, $9
       FROM input i ORDER BY i.ord
     ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
@@ -329,9 +330,6 @@ export class Queue<P = unknown> {
     const groups: string[] = [];
     const priorities: number[] = [];
     const payloads: Buffer[] = [];
-    const offsets: number[] = [];
-    const lengths: number[] = [];
-    let at = 1; // substring() positions are 1-based
     const runAts: string[] = [];
     const orgs: (string | null)[] = [];
     const dedupe: (string | null)[] = [];
@@ -344,14 +342,20 @@ export class Queue<P = unknown> {
       if (typeof payload !== 'string' && !Buffer.isBuffer(payload)) throw new Error('payload must be JSON-serialisable');
       groups.push(e.groupKey);
       priorities.push(priority);
-      const bytes = typeof payload === 'string' ? Buffer.from(payload, 'utf8') : payload;
-      payloads.push(bytes);
-      offsets.push(at);
-      lengths.push(bytes.length);
-      at += bytes.length;
+      payloads.push(typeof payload === 'string' ? Buffer.from(payload, 'utf8') : payload);
       runAts.push(toIso(e.runAt ?? now));
       orgs.push(e.orgId ?? null);
       dedupe.push(e.dedupeKey ?? null);
+    }
+    // Stored compressed (payload-codec.ts); the cache keeps the JSON bytes.
+    const stored = payloads.map(encodePayload);
+    const offsets: number[] = [];
+    const lengths: number[] = [];
+    let at = 1; // substring() positions are 1-based
+    for (const b of stored) {
+      offsets.push(at);
+      lengths.push(b.length);
+      at += b.length;
     }
     const text = fold ? ENQUEUE_SQL(returnRows, fold) : returnRows ? SQL.enqueueRows : SQL.enqueueIds;
     const run = () =>
@@ -368,7 +372,7 @@ export class Queue<P = unknown> {
           dedupe,
           this.options.maxAttempts,
           toIso(now),
-          Buffer.concat(payloads, at - 1),
+          Buffer.concat(stored, at - 1),
           lengths,
           ...(fold?.values ?? []),
         ],
@@ -400,7 +404,7 @@ export class Queue<P = unknown> {
       }
     }
     if (missing.length === 0) return;
-    const res = await this.db.query<{ id: string; payload: unknown }>({ name: 'lm_queue_payloads', text: SQL.payloads, values: [missing] });
+    const res = await this.db.query<{ id: string; payload: Buffer }>({ name: 'lm_queue_payloads', text: SQL.payloads, values: [missing] });
     for (const p of res.rows) byId.get(String(p.id))!.payload = p.payload;
   }
 

@@ -215,7 +215,7 @@ describe('delivery', () => {
     const groupsBefore = await rig.db.pool.query<{ g: string }>(`SELECT DISTINCT group_key AS g FROM queue_jobs WHERE queue = 'webhooks' AND group_key LIKE $1`, [`${a.id}:%`]);
     for (let i = 0; i < 10; i++) await rig.bus.emit('email.clicked', { ...SAMPLES['email.clicked'], url: `https://acme.test/late/${i}` });
     const late = await rig.db.pool.query<{ g: string }>(
-      `SELECT DISTINCT j.group_key AS g FROM queue_jobs j JOIN webhook_deliveries d ON d.id = (j.payload::jsonb)->>'deliveryId' JOIN webhook_events e ON e.id = d.event_id
+      `SELECT DISTINCT j.group_key AS g FROM queue_jobs j JOIN webhook_deliveries d ON d.id = convert_from(j.payload, 'UTF8')::jsonb->>'deliveryId' JOIN webhook_events e ON e.id = d.event_id
         WHERE j.queue = 'webhooks' AND d.webhook_id = $1 AND (e.data->>'url') LIKE '%/late/%'`,
       [a.id],
     );

@@ -50,7 +50,7 @@ export async function startRig(
 /** The latest queue job of a delivery (a manual retry is a new job). */
 export async function jobOf(rig: Pick<Rig, 'db'>, deliveryId: string) {
   const r = await rig.db.pool.query<{ id: string; state: string; run_at: Date; attempts: number }>(
-    `SELECT id::text, state, run_at, attempts FROM queue_jobs WHERE queue = 'webhooks' AND (payload::jsonb)->>'deliveryId' = $1 ORDER BY id DESC LIMIT 1`,
+    `SELECT id::text, state, run_at, attempts FROM queue_jobs WHERE queue = 'webhooks' AND convert_from(payload, 'UTF8')::jsonb->>'deliveryId' = $1 ORDER BY id DESC LIMIT 1`,
     [deliveryId],
   );
   return r.rows[0];

@@ -15,6 +15,7 @@ import { ConfigError, loadConfig } from '../../../src/shared/config.js';
 import { createMta } from '../../../src/mta/app.js';
 import { DEFAULT_POLICY } from '../../../src/mta/policy.js';
 import { silentLogger } from '../../../src/shared/log.js';
+import { decodePayload } from '../../../src/shared/queue/payload-codec.js';
 import { createTestCa } from '../../harness/tls.js';
 import { MASTER, payload, startMta, type TestMta } from '../helpers.js';
 
@@ -82,8 +83,8 @@ function file(content: string): string {
 }
 
 async function jobs(): Promise<{ id: string; payload: any }[]> {
-  const r = await t.db.pool.query<{ id: string; payload: string }>("SELECT id::text, payload::text FROM queue_jobs WHERE queue = 'mta' ORDER BY id");
-  return r.rows.map((row) => ({ id: row.id, payload: JSON.parse(row.payload) }));
+  const r = await t.db.pool.query<{ id: string; payload: Buffer }>("SELECT id::text, payload FROM queue_jobs WHERE queue = 'mta' ORDER BY id");
+  return r.rows.map((row) => ({ id: row.id, payload: JSON.parse(decodePayload(row.payload)) }));
 }
 const queuedIds = (out: string) => /<~?\s+250 2\.0\.0 Queued as ([\d ]+)/.exec(out)?.[1]?.trim().split(' ') ?? [];
 
