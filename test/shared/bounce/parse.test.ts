@@ -87,6 +87,7 @@ describe('parseReport: the wider vendor set (test/fixtures/bounces/vendor/SOURCE
   const cases: Case[] = [
     // Microsoft 365 / Exchange Online and Exchange Server (NDR codes, learn.microsoft.com)
     ['vendor/o365-relay-denied.eml', 'ghost@fabrikam.example', '5.4.1', 550, 'norelaying', false],
+    ['vendor/o365-dbeb-access-denied.eml', 'nobody@fabrikam.example', '5.4.1', 550, 'userunknown', true],
     ['vendor/o365-not-authorized.eml', 'allstaff@contoso.example', '5.7.1', 550, 'rejected', false],
     ['vendor/o365-mailbox-full.eml', 'full@contoso.example', '5.2.2', 554, 'mailboxfull', false],
     ['vendor/o365-tenant-5.7.708.eml', 'user@tenant.example', '5.7.708', 550, 'speeding', false],
