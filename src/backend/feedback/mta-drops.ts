@@ -14,12 +14,14 @@
 import type { Coordination } from '../../shared/coord/types.js';
 import { newId } from '../../shared/crypto.js';
 import { PeerClient } from '../../shared/net/peer.js';
-import { MTA_LOG_PAGE_MAX, type MtaDeliveryLogPage, type MtaDeliveryLogRecord } from '../../shared/contracts/mta.js';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { MTA_LOG_PAGE_MAX, MtaDeliveryLogPageSchema, type MtaDeliveryLogRecord } from '../../shared/contracts/mta.js';
 import type { LifecycleEvent } from './lifecycle.js';
 import { applyFeedback, type PipelineDeps } from './pipeline.js';
 import { MTA_DROPS, MTA_SUPPRESSION_REASONS } from './policy.js';
 
 const LEASE = 'backend:leader:mta-drops';
+const pageCheck = TypeCompiler.Compile(MtaDeliveryLogPageSchema);
 
 export interface MtaDropsOptions extends PipelineDeps {
   coord: Coordination;
@@ -116,7 +118,12 @@ export class MtaDropReconciler {
       if (cursor) q.set('cursor', cursor);
       const res = await this.peer.request('GET', `${this.o.mtaUrl.replace(/\/+$/, '')}/delivery-logs?${q}`, null, { authorization: `Bearer ${this.o.apiKey}` }, MTA_DROPS.timeoutMs);
       if (res.status !== 200) throw new Error(`GET /delivery-logs answered ${res.status}: ${res.text.slice(0, 200)}`);
-      const page = JSON.parse(res.text) as MtaDeliveryLogPage;
+      const page: unknown = JSON.parse(res.text);
+      // A page off the contract fails the sweep (logged, window kept) instead of applying half-read rows.
+      if (!pageCheck.Check(page)) {
+        const e = pageCheck.Errors(page).First();
+        throw new Error(`GET /delivery-logs answered off the contract: ${e ? `${e.path} ${e.message}` : 'invalid'}`);
+      }
       applied += await this.apply(page.data);
       cursor = page.nextCursor;
     } while (cursor);

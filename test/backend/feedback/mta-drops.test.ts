@@ -4,6 +4,8 @@
  * log, read by the backend's reconciler (src/backend/feedback/mta-drops.ts). Real product
  * (role all): backend → MTA /send → pipeline → delivery to a loopback sink.
  */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearerApi } from '../../harness/app.js';
 import { pollUntil } from '../../harness/dns.js';
@@ -117,7 +119,7 @@ describe('sends the MTA drops silently reach the record', () => {
     expect(MTA_DROPS.lookbackMs).toBeGreaterThan(MTA_DROPS.sweepEveryMs);
   });
 
-  it('a later drop is applied by the next sweep; an unreachable MTA fails the sweep and writes nothing', async () => {
+  it('a later drop is applied by the next sweep; an unreachable MTA, or a page off the contract, fails the sweep and writes nothing', async () => {
     const key = (await admin('POST', '/admin/api-keys', { name: 'later', scopes: ['transactional:send'] })).body.data.key as string;
     expect((await mta('POST', '/suppression', { addresses: ['later@drops.test'], reason: 'complaint' })).status).toBeLessThan(300);
     const t = await bearerApi(() => app.backendUrl!, key)('POST', '/api/v1/transactional', { to: 'later@drops.test', from: 'shop@sender.test', subject: 'Hi', text: 'Hello' });
@@ -127,6 +129,19 @@ describe('sends the MTA drops silently reach the record', () => {
     const down = reconciler('http://127.0.0.1:9');
     await expect(down.sweep()).rejects.toThrow();
     await down.stop(); // releases the lease it took
+    expect((await app.db.pool.query(`SELECT status FROM email_sends WHERE id = $1`, [t.body.data.id])).rows[0].status).toBe('accepted');
+
+    // An answer off the contract (a row without its fields) fails the sweep too, before anything is applied.
+    const row = (await logged('suppressed'))[0]!;
+    const odd = createServer((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ data: [{ ...row, status: undefined }], nextCursor: null })));
+    await new Promise<void>((r) => odd.listen(0, '127.0.0.1', r));
+    try {
+      const off = reconciler(`http://127.0.0.1:${(odd.address() as AddressInfo).port}`);
+      await expect(off.sweep()).rejects.toThrow(/off the contract: \/data\/0\/status/);
+      await off.stop();
+    } finally {
+      await new Promise((r) => odd.close(r));
+    }
     expect((await app.db.pool.query(`SELECT status FROM email_sends WHERE id = $1`, [t.body.data.id])).rows[0].status).toBe('accepted');
 
     expect(await drops().sweep()).toBe(1);
