@@ -68,6 +68,15 @@ describe('DKIM signing verified by dkimpy', () => {
     });
   }
 
+  it('signatures made at once with one key all verify, each its own', async () => {
+    const k = key(rsaPem, 'rsa1');
+    const built = Array.from({ length: 10 }, (_, i) => buildMessage({ ...job, messageId: `m-${i}`, html: `<p>message ${i}</p>` }, { messageIdHeader: `<c${i}@sender.test>`, date: Date.UTC(2026, 0, 2), eightBit: false }));
+    const sigs = await Promise.all(built.map((b) => dkimSign(b.raw, [k], 1767312000)));
+    const signed = sigs.map((sig, i) => Buffer.concat([Buffer.from(sig, 'latin1'), built[i]!.raw]));
+    for (const m of signed) expect(await dkimpyVerify(m, dns)).toEqual(['pass']);
+    expect(new Set(sigs).size).toBe(10);
+  });
+
   it('a signature survives relaxed-equivalent changes in transit (refolded header, trailing blank lines)', async () => {
     const built = buildMessage({ ...job, html: '<p>x</p>', text: undefined }, { messageIdHeader: '<x2@sender.test>', date: Date.UTC(2026, 0, 2), eightBit: false });
     const sig = await dkimSign(built.raw, [key(rsaPem, 'rsa1')], 1767312000);
