@@ -37,7 +37,7 @@
  */
 import { execFile } from 'node:child_process';
 import { createPublicKey, generateKeyPairSync, randomBytes, randomInt } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -77,7 +77,17 @@ const HARAKA_DIR = process.env.BENCH_HARAKA_DIR;
 // BENCH_BODY=varied: our runs send variedHtml instead of htmlBody. htmlBody's 14 repeated words
 // compress ~60× and variedHtml's random vocabulary ~2×; real newsletters lie between, and the
 // queue compresses payloads (src/shared/queue/payload-codec.ts). The peers send smtp-source's body.
-const BODY = process.env.BENCH_BODY === 'varied' ? variedHtml : htmlBody;
+// BENCH_BODY=<file>: an HTML file of your own (your newsletter), cut or repeated to each size.
+const BODY = !process.env.BENCH_BODY ? htmlBody : process.env.BENCH_BODY === 'varied' ? variedHtml : fileBody(process.env.BENCH_BODY);
+
+function fileBody(path: string): (bytes: number, seed: number) => string {
+  const text = readFileSync(path, 'utf8');
+  return (bytes, seed) => {
+    let out = `<!-- ${seed} -->`;
+    while (Buffer.byteLength(out) < bytes) out += text;
+    return Buffer.from(out).subarray(0, bytes).toString('utf8').replace(/\uFFFD+$/, '');
+  };
+}
 // Issue 26's goals against the signing peers.
 const PEER_GOALS: Record<string, number> = { 'Postfix + OpenDKIM': 3, 'Haraka + dkim': 2.5 };
 

@@ -6,13 +6,13 @@
  * measured ~0.4 ms for a 5 KB and ~2.3 ms for a 100 KB message here, more than the whole
  * per-message budget of the delivery engine.
  * Body parts use 7bit when they already are, 8bit when the receiving server offers 8BITMIME,
- * otherwise quoted-printable (small parts) or base64 (large parts, encoded natively).
+ * otherwise quoted-printable (mostly-ASCII parts, ./qp.ts) or base64 (the rest, encoded natively).
  */
 import * as mimeFuncs from 'nodemailer/lib/mime-funcs';
-import * as qp from 'nodemailer/lib/qp';
 import { randomToken } from '../../shared/crypto.js';
 import { domainOf, parseMailbox, type Mailbox } from '../../shared/mail/address.js';
 import { isHeaderName, isReservedHeader } from '../../shared/mail/headers.js';
+import { encodeQuotedPrintable, qpEscapes } from './qp.js';
 import type { OutboundMessage } from './types.js';
 
 /** A job that cannot become a valid message (a bad address): permanent, not the remote's fault. */
@@ -30,8 +30,6 @@ export interface ParsedAddress extends Mailbox {
 
 const MAX_EXTRA_HEADERS = 50;
 const MAX_HEADER_VALUE = 4_000;
-/** Above this size a part that needs encoding is sent as base64 (native) instead of QP (JS). */
-const QP_MAX_BYTES = 16 * 1024;
 
 /**
  * One mailbox (`Name <a@b>` or `a@b`) in the grammar of every door (shared/mail/address.ts);
@@ -104,8 +102,17 @@ function encodePart(content: string, eightBit: boolean): EncodedPart {
     if (eightBit) return { cte: '8bit', body: octets };
   }
   const buf = Buffer.from(content, 'utf8');
-  if (buf.length <= QP_MAX_BYTES) return { cte: 'quoted-printable', body: qp.wrap(qp.encode(buf), 76).replace(CRLF_NORMALIZE, '\r\n') };
-  return { cte: 'base64', body: (buf.toString('base64').match(/.{1,76}/g) ?? []).join('\r\n') };
+  // QP grows the part by 2 octets per escaped one, base64 by a third: QP for text that is mostly
+  // ASCII (HTML with lines too long for 8bit), base64 for the rest (e.g. most CJK text).
+  if (qpEscapes(buf) * 6 < buf.length) return { cte: 'quoted-printable', body: encodeQuotedPrintable(buf) };
+  return { cte: 'base64', body: base64Lines(buf) };
+}
+
+function base64Lines(buf: Buffer): string {
+  const b64 = buf.toString('base64');
+  const lines: string[] = [];
+  for (let i = 0; i < b64.length; i += 76) lines.push(b64.slice(i, i + 76));
+  return lines.join('\r\n');
 }
 
 function ensureFinalCrlf(body: string): string {

@@ -1,0 +1,67 @@
+import { execFileSync } from 'node:child_process';
+import fc from 'fast-check';
+import libqp from 'libqp';
+import { simpleParser } from 'mailparser';
+import { describe, expect, it } from 'vitest';
+import { buildMessage } from '../../../src/mta/delivery/mime.js';
+import { encodeQuotedPrintable, qpEscapes } from '../../../src/mta/delivery/qp.js';
+
+const crlf = (b: Buffer) => Buffer.from(b.toString('latin1').replace(/\r\n|\r|\n/g, '\r\n'), 'latin1');
+
+/** Encoded text is well-formed QP: ASCII printable, space and tab, CRLF; lines ≤ 76; no whitespace before a line break or at the end. */
+function wellFormed(enc: string): void {
+  expect(/^[\x20-\x7e\t\r\n]*$/.test(enc)).toBe(true);
+  expect(/\r(?!\n)|(?<!\r)\n/.test(enc)).toBe(false);
+  for (const line of enc.split('\r\n')) {
+    expect(line.length).toBeLessThanOrEqual(76);
+    expect(/[ \t]$/.test(line)).toBe(false);
+    expect(/=(?![0-9A-F]{2}|$)/.test(line)).toBe(false); // `=` only as =XX or a soft break
+  }
+}
+
+describe('quoted-printable encoder', () => {
+  it('any bytes: well-formed, and the decoder of mailparser (libqp) gives them back with CRLF line breaks', () => {
+    const piece = fc.oneof(
+      fc.string({ maxLength: 90 }),
+      fc.constantFrom(' ', '\t', '=', '\r\n', '\n', '\r', ' \r\n', '\t\n', '.', '=\r\n', 'x'.repeat(75), 'y'.repeat(76), 'z'.repeat(77)),
+      fc.uint8Array({ maxLength: 20 }).map((a) => Buffer.from(a).toString('latin1')),
+    );
+    fc.assert(
+      fc.property(fc.array(piece, { maxLength: 30 }), (pieces) => {
+        const input = Buffer.from(pieces.join(''), 'latin1');
+        const enc = encodeQuotedPrintable(input);
+        wellFormed(enc);
+        expect(libqp.decode(enc).equals(crlf(input))).toBe(true);
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
+  it('the exact forms: =, trailing space and tab, the 76th column, a soft break never inside =XX', () => {
+    expect(encodeQuotedPrintable(Buffer.from('a=b'))).toBe('a=3Db');
+    expect(encodeQuotedPrintable(Buffer.from('end \r\nnext\t'))).toBe('end=20\r\nnext=09');
+    expect(encodeQuotedPrintable(Buffer.from('x'.repeat(76)))).toBe('x'.repeat(76));
+    expect(encodeQuotedPrintable(Buffer.from('x'.repeat(77)))).toBe(`${'x'.repeat(75)}=\r\nxx`);
+    expect(encodeQuotedPrintable(Buffer.from(`${'x'.repeat(74)}é`))).toBe(`${'x'.repeat(74)}=\r\n=C3=A9`);
+    expect(qpEscapes(Buffer.from('a=é\t \r\n'))).toBe(3);
+  });
+
+  it("Python's quopri decodes it to the same bytes (a second, independent decoder)", () => {
+    const input = Buffer.from(`<p style="color:#333">Grüße = €42 \t\n${'<td>'.repeat(300)}</p>\r\n.\r\ntrailing \t`, 'utf8');
+    const decoded = execFileSync('/usr/bin/python3', ['-c', 'import sys, quopri; sys.stdout.buffer.write(quopri.decodestring(sys.stdin.buffer.read()))'], { input: encodeQuotedPrintable(input) });
+    expect(decoded.equals(crlf(input))).toBe(true);
+  });
+
+  it('a 100 KB HTML part with a long line goes out as QP, not base64: smaller than base64, read back exactly', async () => {
+    const html = `<html><body>${Array.from({ length: 1200 }, (_, i) => `<a href="https://t.example.test/c/${i}" style="color:#1a73e8">Grüße ${i}</a>`).join('')}</body></html>`;
+    const b = buildMessage(
+      { messageId: 'm', organizationId: 'o', from: 'News <news@sender.test>', to: 'r@dest.test', subject: 'QP', html, dkimDomain: 'sender.test' },
+      { messageIdHeader: '<qp@sender.test>', date: Date.UTC(2026, 0, 2), eightBit: true },
+    );
+    const wire = b.raw.toString('latin1');
+    expect(wire).toMatch(/Content-Transfer-Encoding: quoted-printable/);
+    expect(b.raw.length).toBeLessThan(Buffer.byteLength(html) * 1.25); // base64: ×1.37 with its line breaks
+    // The part's closing line break is the format's (message.test.ts reads single parts the same way).
+    expect(((await simpleParser(b.raw)).html || '').replace(/\n$/, '') === html).toBe(true);
+  });
+});
