@@ -12,7 +12,7 @@
  * never inside an `=XX`.
  */
 
-const HEX = '0123456789ABCDEF';
+const HEX_CODES = Uint8Array.from(Buffer.from('0123456789ABCDEF'));
 const LINE = 76;
 
 /** Printable octets that stay as they are: 33–126 except `=`. */
@@ -31,39 +31,39 @@ export function qpEscapes(buf: Uint8Array): number {
 
 /** The quoted-printable form of `buf`, as ASCII text with CRLF line breaks. */
 export function encodeQuotedPrintable(buf: Uint8Array): string {
+  const len = buf.length;
   // Worst case: every octet as =XX, plus a soft break per 25 of them.
-  const out = Buffer.allocUnsafe(buf.length * 3 + Math.ceil((buf.length * 3) / (LINE - 1)) * 3 + 2);
+  const out = Buffer.allocUnsafe(len * 3 + Math.ceil((len * 3) / (LINE - 1)) * 3 + 2);
+  // Plain locals, no closure and no read past the end: V8 keeps this loop in registers.
   let o = 0;
   let col = 0;
-  const softBreak = () => {
-    out[o++] = 61; // =
-    out[o++] = 13;
-    out[o++] = 10;
-    col = 0;
-  };
-  for (let i = 0; i < buf.length; i++) {
+  for (let i = 0; i < len; i++) {
     const b = buf[i]!;
     if (b === 13 || b === 10) {
-      if (b === 13 && buf[i + 1] === 10) i++;
+      if (b === 13 && i + 1 < len && buf[i + 1] === 10) i++;
       out[o++] = 13;
       out[o++] = 10;
       col = 0;
       continue;
     }
-    const next = buf[i + 1];
-    const atLineEnd = next === undefined || next === 13 || next === 10;
-    if (LITERAL[b] === 1 || ((b === 32 || b === 9) && !atLineEnd)) {
-      // The last column of a line may hold a literal only if the line ends right after it.
-      if (col + 1 > LINE - 1 && !(col + 1 === LINE && atLineEnd)) softBreak();
-      out[o++] = b;
-      col++;
-    } else {
-      if (col + 3 > LINE - 1 && !(col + 3 === LINE && atLineEnd)) softBreak();
+    const next = i + 1 < len ? buf[i + 1]! : 10;
+    const atLineEnd = next === 13 || next === 10;
+    const width = LITERAL[b] === 1 || ((b === 32 || b === 9) && !atLineEnd) ? 1 : 3;
+    // A soft break (`=` CRLF) keeps lines within 76 octets; the last token of a line may take column 76.
+    if (col + width > LINE - 1 && !(col + width === LINE && atLineEnd)) {
       out[o++] = 61;
-      out[o++] = HEX.charCodeAt(b >> 4);
-      out[o++] = HEX.charCodeAt(b & 15);
-      col += 3;
+      out[o++] = 13;
+      out[o++] = 10;
+      col = 0;
     }
+    if (width === 1) {
+      out[o++] = b;
+    } else {
+      out[o++] = 61;
+      out[o++] = HEX_CODES[b >> 4]!;
+      out[o++] = HEX_CODES[b & 15]!;
+    }
+    col += width;
   }
   return out.toString('latin1', 0, o);
 }

@@ -1,4 +1,5 @@
 import { generateKeyPairSync } from 'node:crypto';
+import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dkimTxtRecord, parseSigningKey } from '../../../src/mta/delivery/dkim/keys.js';
 import { relaxedBody, relaxedHeader } from '../../../src/mta/delivery/dkim/canonicalize.js';
@@ -107,5 +108,20 @@ describe('relaxed canonicalization (RFC 6376 §3.4.5 example)', () => {
     expect(relaxedBody('a b c\r\nd e\r\n')).toBe('a b c\r\nd e\r\n');
     expect(relaxedBody('a \rb\r\n')).toBe('a \rb\r\n'); // a lone CR is not a line break
     expect(relaxedBody('end ')).toBe('end\r\n');
+  });
+  it('body: any CRLF text gives what RFC 6376 §3.4.4 says, line by line', () => {
+    // The RFC's two rules and its end-of-body rule, read literally.
+    const reference = (body: string) => {
+      const lines = body.split('\r\n').map((l) => l.replace(/[ \t]+/g, ' ').replace(/ $/, ''));
+      while (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
+      return lines.length === 0 ? '' : `${lines.join('\r\n')}\r\n`;
+    };
+    fc.assert(
+      fc.property(fc.array(fc.constantFrom('a', 'b', ' ', '  ', '\t', ' \t ', '\r\n', '\r', '='), { maxLength: 40 }), (parts) => {
+        const body = parts.join('');
+        expect(relaxedBody(body)).toBe(reference(body));
+      }),
+      { numRuns: 5000 },
+    );
   });
 });

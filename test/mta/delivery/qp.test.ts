@@ -1,6 +1,5 @@
 import { execFileSync } from 'node:child_process';
 import fc from 'fast-check';
-import libqp from 'libqp';
 import { simpleParser } from 'mailparser';
 import { describe, expect, it } from 'vitest';
 import { buildMessage } from '../../../src/mta/delivery/mime.js';
@@ -19,21 +18,27 @@ function wellFormed(enc: string): void {
   }
 }
 
+/** mailparser's decoding of a QP attachment: the bytes, exactly. */
+async function decoded(enc: string): Promise<Buffer> {
+  const msg = `Content-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=x.bin\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n${enc}`;
+  return (await simpleParser(Buffer.from(msg, 'latin1'))).attachments[0]?.content ?? Buffer.alloc(0);
+}
+
 describe('quoted-printable encoder', () => {
-  it('any bytes: well-formed, and the decoder of mailparser (libqp) gives them back with CRLF line breaks', () => {
+  it('any bytes: well-formed, and mailparser decodes them back with CRLF line breaks', async () => {
     const piece = fc.oneof(
       fc.string({ maxLength: 90 }),
       fc.constantFrom(' ', '\t', '=', '\r\n', '\n', '\r', ' \r\n', '\t\n', '.', '=\r\n', 'x'.repeat(75), 'y'.repeat(76), 'z'.repeat(77)),
       fc.uint8Array({ maxLength: 20 }).map((a) => Buffer.from(a).toString('latin1')),
     );
-    fc.assert(
-      fc.property(fc.array(piece, { maxLength: 30 }), (pieces) => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(piece, { maxLength: 30 }), async (pieces) => {
         const input = Buffer.from(pieces.join(''), 'latin1');
         const enc = encodeQuotedPrintable(input);
         wellFormed(enc);
-        expect(libqp.decode(enc).equals(crlf(input))).toBe(true);
+        expect((await decoded(enc)).equals(crlf(input))).toBe(true);
       }),
-      { numRuns: 3000 },
+      { numRuns: 1500 },
     );
   });
 

@@ -21,6 +21,8 @@ export function relaxedHeader(field: string): string {
 }
 
 const MAY_CHANGE = /\t| [ \r]/;
+const WSP_RUN = / [ \t]+|\t[ \t]*/g;
+const SPACE_EOL = / \r\n/g;
 
 /** Relaxed body canonicalization. `body` is everything after the blank line that ends the header. */
 export function relaxedBody(body: string): string {
@@ -37,10 +39,9 @@ export function relaxedBodyPrefix(body: string): { text: string; end: number } {
   // Fast path: most bodies have no tab, no run of spaces and no space before a line break. One
   // regular-expression scan tells (a space followed by a space or CR, or any tab): separate
   // includes('  ') and includes(' \r\n') each stopped at every space (~60 µs per 100 KB).
-  if (MAY_CHANGE.test(s)) {
-    if (s.includes('  ') || s.includes('\t')) s = s.replace(/[ \t]+/g, ' ');
-    if (s.includes(' \r\n')) s = s.replace(/ +\r\n/g, '\r\n');
-  }
+  // The patterns match only white space that changes (a run, or a tab), never a lone space:
+  // /[ \t]+/ replaced every space by itself, 0.45 against 0.17 ms per 100 KB of indented HTML.
+  if (MAY_CHANGE.test(s)) s = s.replace(WSP_RUN, ' ').replace(SPACE_EOL, '\r\n');
   // Drop trailing empty lines and white space at the very end, then end with exactly one CRLF.
   let end = s.length;
   while (end > 0) {
