@@ -6,7 +6,7 @@
  * measured ~0.4 ms for a 5 KB and ~2.3 ms for a 100 KB message here, more than the whole
  * per-message budget of the delivery engine.
  * Body parts use 7bit when they already are, 8bit when the receiving server offers 8BITMIME,
- * otherwise quoted-printable (mostly-ASCII parts, ./qp.ts) or base64 (the rest, encoded natively).
+ * otherwise quoted-printable (small mostly-ASCII parts, ./qp.ts) or base64 (the rest, encoded natively).
  */
 import * as mimeFuncs from 'nodemailer/lib/mime-funcs';
 import { randomToken } from '../../shared/crypto.js';
@@ -30,6 +30,8 @@ export interface ParsedAddress extends Mailbox {
 
 const MAX_EXTRA_HEADERS = 50;
 const MAX_HEADER_VALUE = 4_000;
+/** Above this size a part that needs encoding is sent as base64 (native). */
+const QP_MAX_BYTES = 16 * 1024;
 
 /**
  * One mailbox (`Name <a@b>` or `a@b`) in the grammar of every door (shared/mail/address.ts);
@@ -102,9 +104,11 @@ function encodePart(content: string, eightBit: boolean): EncodedPart {
     if (eightBit) return { cte: '8bit', body: octets };
   }
   const buf = Buffer.from(content, 'utf8');
-  // QP grows the part by 2 octets per escaped one, base64 by a third: QP for text that is mostly
-  // ASCII (HTML with lines too long for 8bit), base64 for the rest (e.g. most CJK text).
-  if (qpEscapes(buf) * 6 < buf.length) return { cte: 'quoted-printable', body: encodeQuotedPrintable(buf) };
+  // QP grows the part by 2 octets per escaped one, base64 by a third: QP for small parts that are
+  // mostly ASCII, base64 for the rest. Above QP_MAX_BYTES base64 even when larger: measured end to
+  // end with 100 KB of real HTML, QP's 25 % fewer octets did not pay for its encoding in JS and the
+  // DKIM hash of its white space (×0.94, docs/performance.md, "Quoted-printable and base64").
+  if (buf.length <= QP_MAX_BYTES && qpEscapes(buf) * 6 < buf.length) return { cte: 'quoted-printable', body: encodeQuotedPrintable(buf) };
   return { cte: 'base64', body: base64Lines(buf) };
 }
 

@@ -57,16 +57,29 @@ describe('quoted-printable encoder', () => {
     expect(decoded.equals(crlf(input))).toBe(true);
   });
 
-  it('a 100 KB HTML part with a long line goes out as QP, not base64: smaller than base64, read back exactly', async () => {
-    const html = `<html><body>${Array.from({ length: 1200 }, (_, i) => `<a href="https://t.example.test/c/${i}" style="color:#1a73e8">Grüße ${i}</a>`).join('')}</body></html>`;
-    const b = buildMessage(
-      { messageId: 'm', organizationId: 'o', from: 'News <news@sender.test>', to: 'r@dest.test', subject: 'QP', html, dkimDomain: 'sender.test' },
-      { messageIdHeader: '<qp@sender.test>', date: Date.UTC(2026, 0, 2), eightBit: true },
-    );
-    const wire = b.raw.toString('latin1');
-    expect(wire).toMatch(/Content-Transfer-Encoding: quoted-printable/);
-    expect(b.raw.length).toBeLessThan(Buffer.byteLength(html) * 1.25); // base64: ×1.37 with its line breaks
+  it('a 12 KB HTML part with a long line goes out as QP (smaller than base64, read back exactly); 100 KB as base64', async () => {
+    const html = (n: number) => `<html><body>${Array.from({ length: n }, (_, i) => `<a href="https://t.example.test/c/${i}" style="color:#1a73e8">Grüße ${i}</a>`).join('')}</body></html>`;
+    const build = (h: string) =>
+      buildMessage(
+        { messageId: 'm', organizationId: 'o', from: 'News <news@sender.test>', to: 'r@dest.test', subject: 'QP', html: h, dkimDomain: 'sender.test' },
+        { messageIdHeader: '<qp@sender.test>', date: Date.UTC(2026, 0, 2), eightBit: true },
+      );
+    const small = html(150);
+    const b = build(small);
+    expect(b.raw.toString('latin1')).toMatch(/Content-Transfer-Encoding: quoted-printable/);
+    expect(b.raw.length).toBeLessThan(Buffer.byteLength(small) * 1.3); // base64: ×1.37 with its line breaks
     // The part's closing line break is the format's (message.test.ts reads single parts the same way).
-    expect(((await simpleParser(b.raw)).html || '').replace(/\n$/, '') === html).toBe(true);
+    expect(((await simpleParser(b.raw)).html || '').replace(/\n$/, '') === small).toBe(true);
+    const big = build(html(1200));
+    expect(big.raw.toString('latin1')).toMatch(/Content-Transfer-Encoding: base64/);
+    expect(((await simpleParser(big.raw)).html || '').replace(/\n$/, '') === html(1200)).toBe(true);
+  });
+
+  it('a small part that is mostly not ASCII goes out as base64, the smaller form', () => {
+    const b = buildMessage(
+      { messageId: 'm', organizationId: 'o', from: 'a@sender.test', to: 'r@dest.test', subject: 'CJK', html: `<p>${'日本語のテキスト'.repeat(200)}</p>`, dkimDomain: 'sender.test' },
+      { messageIdHeader: '<cjk@sender.test>', date: Date.UTC(2026, 0, 2), eightBit: false },
+    );
+    expect(b.raw.toString('latin1')).toMatch(/Content-Transfer-Encoding: base64/);
   });
 });
