@@ -76,6 +76,12 @@ const TEXT = ['kind', 'outcome', 'source', 'message_id', 'organization_id', 'rec
 const COLUMNS = ['dedupe_key', 'kind', 'outcome', 'source', 'message_id', 'organization_id', 'recipient', 'reason', 'hard', 'feedback_type', 'spf', 'dkim', 'dmarc', 'remote_ip'] as const;
 
 const p = (n: number) => `$${n}`;
+/** Each provenance field an event may take, and its column in the statement. */
+const FILL: Record<ProvenanceField, string> = { organizationId: 'fx.org', campaignId: 'fx.p_campaign', recipient: 'fx.rcpt', domain: 'fx.p_domain', ip: 'fx.p_ip' };
+/** The fields an event names, appended to its data as JSON (text, not jsonb: the template's bytes stay as JSON.stringify wrote them). */
+const FILL_SQL = Object.entries(FILL)
+  .map(([k, col]) => `CASE WHEN '${k}' = ANY (string_to_array(fx.ev_fill, ',')) THEN ',"${k}":' || COALESCE(to_json(${col})::text, 'null') END`)
+  .join(', ');
 const HARD = TEXT.length + 1;
 const NOW = TEXT.length + 2;
 const LEASE = TEXT.length + 3;
@@ -112,11 +118,7 @@ const WRITE_SQL = `WITH u AS (
    ${suppressionUpsertCtes(`SELECT fx.rcpt AS a, fx.sup_reason AS r, fx.fx_kind || ':' || fx.message_id AS s, fx.n FROM fx WHERE fx.sup_reason IS NOT NULL`, `${p(NOW)}::timestamptz`)},
    ev AS (
      INSERT INTO mta_outbox (id, event, body, next_at, created_at)
-     SELECT e.id, fx.ev_name,
-            (fx.ev_body::jsonb || jsonb_build_object('id', e.id, 'data', (fx.ev_body::jsonb -> 'data') || (
-              SELECT COALESCE(jsonb_object_agg(v.key, v.value), '{}') FROM jsonb_each(jsonb_build_object(
-                'organizationId', fx.org, 'campaignId', fx.p_campaign, 'recipient', fx.rcpt, 'domain', fx.p_domain, 'ip', fx.p_ip)) v
-               WHERE v.key = ANY (string_to_array(fx.ev_fill, ',')))))::text,
+     SELECT e.id, fx.ev_name, '{"id":' || to_json(e.id)::text || ',' || substr(fx.ev_body, 2, length(fx.ev_body) - 3) || concat(${FILL_SQL}) || '}}',
             ${p(LEASE)}::timestamptz, ${p(NOW)}::timestamptz
        FROM fx CROSS JOIN LATERAL (SELECT ${reportEventIdSql('fx.dedupe_key')} AS id) e
       WHERE fx.ev_name IS NOT NULL ORDER BY fx.n

@@ -276,6 +276,8 @@ describe('one statement per batch of reports', () => {
         timestamp: new Date(t.clock.now()).toISOString(),
         data: { messageId: a.messageId, organizationId: 'org-stmt', campaignId: 'camp-1', recipient: address, feedbackType: 'abuse', userAgent: null, source: 'envelope' },
       });
+      // Compact, as JSON.stringify writes it (the row is posted byte for byte).
+      expect(wa!.written[0]!.body).toBe(JSON.stringify(JSON.parse(wa!.written[0]!.body)));
       expect([again!.written, replay!.written, unknown!.written]).toEqual([[], [], []]);
       // The last of an address wins, as with addIn.
       expect(await suppression(address)).toMatchObject({ suppressed: true, reason: 'complaint' });
