@@ -473,7 +473,6 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     metrics,
     clock: s.clock,
     log,
-    prefetch: policy.feedback.prefetch,
   });
   // Routed and mailbox mail (docs/inbound.md).
   const routedMail = new InboundMail({
@@ -509,7 +508,6 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     policy: policy.inbound,
     steps: [reportRecipients(() => new Set([bounceHost, ...stores.returnPaths.hosts()])), routedRecipients(stores.routes, stores.mailboxes)],
     handlers: { bounce: feedback.handle, fbl: feedback.handle, inbox: routedMail.inbox, forward: routedMail.forward, [MAILBOX_KIND]: routedMail.mailbox },
-    onAccepted: feedback.prefetch,
     log,
   });
   // SMTP submission (docs/submission.md): there is no plaintext AUTH mode, so no TLS files, no start.

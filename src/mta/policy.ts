@@ -179,11 +179,7 @@ export interface MtaPolicy {
     /** Targets of one forward route at most. */
     maxForwardTargets: number;
   };
-  /**
-   * `prefetch`: the provenance lookup a report's envelope token allows starts at RCPT and runs
-   * while the message streams in; at most this many wait, this long (the unclaimed are dropped).
-   */
-  feedback: { horizonMs: number; prefetch: { maxEntries: number; maxAgeMs: number } };
+  feedback: { horizonMs: number };
   /** mta.md → Warming cap behaviour (adaptive day, provider multiplier, pacing, deferral-aware retry). */
   adaptiveWarming: AdaptiveWarmingPolicy;
   /** POST /scan/attachment and the screening of submitted attachments (docs/mta.md → Content protection). */
@@ -368,7 +364,6 @@ export const DEFAULT_POLICY: MtaPolicy = {
   // de-duplication retention are each 16 days).
   feedback: {
     horizonMs: 16 * DAY,
-    prefetch: { maxEntries: 10_000, maxAgeMs: 120_000 },
   },
   // mta.md fixes the provider range [0.05, 1], ×0.5, +0.1 after 3 clean days, 50 sends, the
   // 10 % start, 100 bulk sends, 20 % headroom, 6 h, ×8 and 4 h; the rate thresholds are ours

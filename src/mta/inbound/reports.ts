@@ -9,7 +9,7 @@
  * at send time, so a DSN about a forwarded copy suppresses the address we actually sent to.
  */
 import type { Clock } from '../../shared/clock.js';
-import { MTA_EVENT } from '../../shared/contracts/mta.js';
+import { MTA_EVENT, type MtaEventName } from '../../shared/contracts/mta.js';
 import type { Logger } from '../../shared/log.js';
 import { parseReport } from '../../shared/mail/bounce/parse.js';
 import type { ParsedReport, ReportRecipient } from '../../shared/mail/bounce/types.js';
@@ -17,13 +17,11 @@ import type { Provenance } from '../delivery/provenance.js';
 import { verifyToken, type TokenPurpose } from '../delivery/verp.js';
 import type { MtaMetrics } from '../metrics.js';
 import type { OutboxRelay } from '../outbox/relay.js';
-import { reportEventId, type OutboxEvent } from '../outbox/store.js';
 import type { OrgBreaker } from '../state/breaker.js';
 import type { SmtpIntel } from '../state/smtp-intel.js';
 import type { Throttle } from '../state/throttle.js';
-import type { FeedbackReportRow, FeedbackReportStore } from '../stores/feedback-reports.js';
+import type { FeedbackReportRow, FeedbackReportStore, ProvenanceField, ReportEffect } from '../stores/feedback-reports.js';
 import type { IspProfile } from '../stores/isp-profiles.js';
-import type { InboundTarget } from './recipients.js';
 import type { ReceivedMessage } from './server.js';
 
 export type AttributionSource = 'envelope' | 'cfbl_feedback_id' | 'verp_scrape';
@@ -40,10 +38,11 @@ export interface FeedbackDeps {
   key: string | undefined;
   /** Every host our VERP and CFBL addresses use. */
   hosts: () => ReadonlySet<string>;
+  /** Only for a bounce failing several addresses (which entry is ours); otherwise the write reads the provenance. */
   provenance: { lookup(messageId: string): Promise<Provenance | null> };
-  /** Records reports; their suppression is written in the same transaction. */
+  /** Records reports; their provenance is read, their suppression and event written, in the same statement. */
   reports: Pick<FeedbackReportStore, 'record'>;
-  events: Pick<OutboxRelay, 'event' | 'written'>;
+  events: Pick<OutboxRelay, 'enabled' | 'written'>;
   breaker: Pick<OrgBreaker, 'record'>;
   intel: Pick<SmtpIntel, 'record'>;
   throttle: Pick<Throttle, 'onResult'>;
@@ -53,8 +52,6 @@ export interface FeedbackDeps {
   metrics: MtaMetrics | null;
   clock: Clock;
   log: Logger;
-  /** Lookups started at RCPT (`prefetch`): how many may wait, and how long. */
-  prefetch: { maxEntries: number; maxAgeMs: number };
 }
 
 /** What became of one report (tests and `mta_inbound_reports_total`). */
@@ -114,45 +111,18 @@ export function attribute(d: Pick<FeedbackDeps, 'key' | 'hosts'>, msg: Pick<Rece
   return { rejection: first ?? 'no_token' };
 }
 
-/** The recipient entry a bounce is about: the one we sent to, else the first failure. */
-function failure(report: ParsedReport, sentTo: string): ReportRecipient | null {
-  const failing = report.recipients.filter((r) => !['delivered', 'relayed', 'expanded'].includes(r.action ?? '') && r.reason !== 'vacation' && r.reason !== 'delivered');
-  return failing.find((r) => r.recipient === sentTo) ?? failing[0] ?? null;
+/** The failure entries of a bounce (delivered, relayed, expanded and vacation notices are not). */
+function failures(report: ParsedReport): ReportRecipient[] {
+  return report.recipients.filter((r) => !['delivered', 'relayed', 'expanded'].includes(r.action ?? '') && r.reason !== 'vacation' && r.reason !== 'delivered');
 }
 
+/** The provenance fields each event takes from the send. */
+const COMPLAINT_FILL: readonly ProvenanceField[] = ['organizationId', 'campaignId', 'recipient'];
+const BOUNCE_FILL: readonly ProvenanceField[] = [...COMPLAINT_FILL, 'domain', 'ip'];
+const EVENT = { bounce: MTA_EVENT.bounced, complaint: MTA_EVENT.complained } as const;
+
 export class FeedbackProcessor {
-  /** Provenance lookups started at RCPT, by message id, oldest first. */
-  private readonly early = new Map<string, { at: number; lookup: Promise<Provenance | null> }>();
-
   constructor(private readonly d: FeedbackDeps) {}
-
-  /**
-   * At RCPT: a report address whose token verifies starts its provenance lookup now, so it runs
-   * while the message streams in and is parsed. Only a head start: the decision is still made
-   * after DATA from the whole report (docs/bounces.md → Attribution).
-   */
-  readonly prefetch = (target: InboundTarget): void => {
-    const purpose = PURPOSE[target.kind];
-    if (!purpose || !target.token) return;
-    const ok = verifyToken(target.token, this.d.key, purpose);
-    if (!ok?.verified || this.early.has(ok.messageId)) return;
-    const now = this.d.clock.now();
-    const { maxEntries, maxAgeMs } = this.d.prefetch;
-    for (const [id, e] of this.early) {
-      if (this.early.size < maxEntries && now - e.at <= maxAgeMs) break;
-      this.early.delete(id);
-    }
-    const lookup = this.d.provenance.lookup(ok.messageId);
-    lookup.catch(() => {}); // an unclaimed failure is nobody's; a claimed one is seen by process()
-    this.early.set(ok.messageId, { at: now, lookup });
-  };
-
-  private provenance(messageId: string): Promise<Provenance | null> {
-    const e = this.early.get(messageId);
-    if (!e) return this.d.provenance.lookup(messageId);
-    this.early.delete(messageId);
-    return e.lookup;
-  }
 
   /** The inbound server's handler for `bounce` and `fbl` targets. */
   readonly handle = async (msg: ReceivedMessage): Promise<void> => {
@@ -184,7 +154,7 @@ export class FeedbackProcessor {
       remoteIp: msg.remoteIp || null,
     };
     const done = async (row: FeedbackReportRow, out: ReportOutcome): Promise<ReportOutcome> => {
-      if (out.outcome !== 'duplicate') await d.reports.record({ row, events: [] });
+      await d.reports.record({ row });
       d.metrics?.inboundReports.inc({ kind: row.kind, outcome: out.outcome });
       if (out.rejection) d.metrics?.feedbackRejections.inc({ reason: out.rejection });
       return out;
@@ -197,116 +167,99 @@ export class FeedbackProcessor {
     }
     const a = attribute(d, msg, report);
     if ('rejection' in a) return done({ ...base, outcome: `rejected:${a.rejection}` }, { kind: complaint ? 'complaint' : 'bounce', outcome: 'rejected', rejection: a.rejection });
-    const prov = await this.provenance(a.messageId);
-    if (!prov) {
-      return done(
-        { ...base, outcome: 'rejected:expired', source: a.source, messageId: a.messageId },
-        { kind: complaint ? 'complaint' : 'bounce', outcome: 'rejected', rejection: 'expired', source: a.source, messageId: a.messageId },
-      );
-    }
-    const attributed = { ...base, source: a.source, messageId: prov.messageId, organizationId: prov.organizationId, recipient: prov.recipient };
-    return complaint ? this.complaint(attributed, prov, report, a.source) : this.bounce(attributed, prov, report, a.source);
+    const row = { ...base, source: a.source, messageId: a.messageId };
+    return complaint ? this.complaint(row, report, a.source) : this.bounce(row, report, a.source);
   }
 
-  private async complaint(row: FeedbackReportRow, prov: Provenance, report: ParsedReport, source: AttributionSource): Promise<ReportOutcome> {
-    const d = this.d;
-    const dedupeKey = `complaint:${prov.organizationId}:${prov.messageId}`;
-    const event = d.events.event(
-      MTA_EVENT.complained,
-      {
-        messageId: prov.messageId,
-        organizationId: prov.organizationId,
-        campaignId: prov.campaignId,
-        recipient: prov.recipient,
-        feedbackType: report.feedbackType?.slice(0, 50) ?? null,
-        userAgent: report.feedback.userAgent?.slice(0, 200) ?? null,
-        source,
-      },
-      reportEventId(dedupeKey),
+  /** An event for the report's write, or null when there is nowhere to post (then none is written, as for every event). */
+  private event(name: MtaEventName, data: object, fill: readonly ProvenanceField[]): ReportEffect['event'] {
+    return this.d.events.enabled ? { name, data, fill, at: this.d.clock.now() } : null;
+  }
+
+  /** A report whose token verified but whose send is unknown or past the horizon: written as `rejected:expired` by the store. */
+  private expired(row: FeedbackReportRow, source: AttributionSource): ReportOutcome {
+    const kind = row.kind === 'complaint' ? 'complaint' : 'bounce';
+    this.d.metrics?.inboundReports.inc({ kind: row.kind, outcome: 'rejected' });
+    this.d.metrics?.feedbackRejections.inc({ reason: 'expired' });
+    return { kind, outcome: 'rejected', rejection: 'expired', source, messageId: row.messageId! };
+  }
+
+  private async complaint(row: FeedbackReportRow, report: ParsedReport, source: AttributionSource): Promise<ReportOutcome> {
+    const data = { messageId: row.messageId!, feedbackType: report.feedbackType?.slice(0, 50) ?? null, userAgent: report.feedback.userAgent?.slice(0, 200) ?? null, source };
+    return this.apply(
+      { ...row, outcome: 'applied', reason: 'feedback', hard: null },
+      { kind: 'complaint', keySuffix: '', event: this.event(MTA_EVENT.complained, data, COMPLAINT_FILL), suppress: 'complaint' },
+      source,
+      (prov) => this.d.breaker.record(prov.organizationId, 'c'),
     );
-    return this.apply({ ...row, dedupeKey, outcome: 'applied', reason: 'feedback', hard: null }, event, source, 'complaint', {
-      suppress: 'complaint',
-      after: () => d.breaker.record(prov.organizationId, 'c'),
-    });
   }
 
-  private async bounce(row: FeedbackReportRow, prov: Provenance, report: ParsedReport, source: AttributionSource): Promise<ReportOutcome> {
+  private async bounce(row: FeedbackReportRow, report: ParsedReport, source: AttributionSource): Promise<ReportOutcome> {
     const d = this.d;
-    const entry = failure(report, prov.recipient);
+    const failing = failures(report);
+    // The entry is the one we sent to, else the first failure: only a report failing several
+    // addresses needs the provenance's recipient before its write (then looked up first).
+    const sentTo = new Set(failing.map((r) => r.recipient)).size > 1 ? (await d.provenance.lookup(row.messageId!))?.recipient : undefined;
+    const entry = failing.find((r) => r.recipient === sentTo) ?? failing[0];
     if (!entry) {
       const r = report.recipients[0];
-      await d.reports.record({ row: { ...row, outcome: 'ignored', reason: r?.reason ?? null }, events: [] });
+      const { provenance } = await d.reports.record({ row: { ...row, outcome: 'ignored', reason: r?.reason ?? null }, effect: { kind: 'bounce', keySuffix: null, event: null, suppress: null } });
+      if (!provenance) return this.expired(row, source);
       d.metrics?.inboundReports.inc({ kind: 'dsn', outcome: 'ignored' });
-      return { kind: 'ignored', outcome: 'ignored', source, messageId: prov.messageId };
+      return { kind: 'ignored', outcome: 'ignored', source, messageId: row.messageId! };
     }
     // A delay notice is a soft bounce whatever its reason: the remote is still trying.
     const hard = entry.hardBounce && entry.action !== 'delayed';
     const type = hard ? 'hard' : 'soft';
-    const dedupeKey = `bounce:${prov.organizationId}:${prov.messageId}:${type}:${entry.status ?? entry.reason}`;
-    const event = d.events.event(
-      MTA_EVENT.bounced,
-      {
-        messageId: prov.messageId,
-        organizationId: prov.organizationId,
-        campaignId: prov.campaignId,
-        recipient: prov.recipient,
-        jobId: null,
-        domain: prov.domain,
-        type,
-        reason: entry.reason,
-        smtpCode: entry.replyCode !== null && entry.replyCode >= 200 && entry.replyCode <= 599 ? entry.replyCode : null,
-        enhancedCode: entry.status?.slice(0, 20) ?? null,
-        smtpResponse: entry.diagnostic?.slice(0, 2000) ?? null,
-        mxHost: entry.remoteMta?.slice(0, 253) ?? null,
-        pool: null,
-        ip: prov.ip,
-        attempt: 0,
-        source: 'dsn',
-      },
-      reportEventId(dedupeKey),
-    );
-    return this.apply({ ...row, dedupeKey, outcome: 'applied', reason: entry.reason, hard }, event, source, 'bounce', {
-      suppress: hard ? 'hard_bounce' : null,
-      after: async () => {
+    const data = {
+      messageId: row.messageId!,
+      jobId: null,
+      type,
+      reason: entry.reason,
+      smtpCode: entry.replyCode !== null && entry.replyCode >= 200 && entry.replyCode <= 599 ? entry.replyCode : null,
+      enhancedCode: entry.status?.slice(0, 20) ?? null,
+      smtpResponse: entry.diagnostic?.slice(0, 2000) ?? null,
+      mxHost: entry.remoteMta?.slice(0, 253) ?? null,
+      pool: null,
+      attempt: 0,
+      source: 'dsn',
+    };
+    return this.apply(
+      { ...row, outcome: 'applied', reason: entry.reason, hard },
+      { kind: 'bounce', keySuffix: `:${type}:${entry.status ?? entry.reason}`, event: this.event(MTA_EVENT.bounced, data, BOUNCE_FILL), suppress: hard ? 'hard_bounce' : null },
+      source,
+      async (prov) => {
         if (hard) return d.breaker.record(prov.organizationId, 'b');
         // Like a synchronous 4xx: the domain's SMTP intel and the sending IP's throttle.
         await d.intel.record(prov.domain, 'temp');
         if (prov.ip) await d.throttle.onResult(prov.ip, d.profiles.resolve(prov.domain), prov.domain, 'temp');
       },
-    });
+    );
   }
 
   /**
    * The report row, its event and its suppression commit together, once per report: a replay
-   * finds the row and changes nothing. The counters that follow (breaker marker, SMTP intel,
-   * throttle) live in the coordination store; their failure is logged, never retried, as a
-   * retry would be absorbed as a replay anyway.
+   * finds the row and changes nothing. The write reads the send's provenance itself (organization,
+   * recipient, campaign, domain, IP: never the report's). The counters that follow (breaker
+   * marker, SMTP intel, throttle) live in the coordination store; their failure is logged, never
+   * retried, as a retry would be absorbed as a replay anyway.
    */
-  private async apply(
-    row: FeedbackReportRow,
-    event: OutboxEvent | null,
-    source: AttributionSource,
-    kind: 'bounce' | 'complaint',
-    effects: { suppress: 'hard_bounce' | 'complaint' | null; after: () => Promise<unknown> },
-  ): Promise<ReportOutcome> {
+  private async apply(row: FeedbackReportRow, effect: ReportEffect, source: AttributionSource, after: (prov: Provenance) => Promise<unknown>): Promise<ReportOutcome> {
     const d = this.d;
-    const recipient = row.recipient!;
-    const suppress = effects.suppress;
-    const { fresh, written } = await d.reports.record({
-      row,
-      events: event ? [event] : [],
-      suppress: suppress ? { address: recipient, reason: suppress, source: `${kind}:${row.messageId}` } : undefined,
-    });
+    const kind = effect.kind;
+    const { provenance, fresh, written } = await d.reports.record({ row, effect });
+    if (!provenance) return this.expired(row, source);
+    if (!d.events.enabled) d.metrics?.webhookEvents.inc({ event: EVENT[kind], outcome: 'unconfigured' });
     if (!fresh) {
       d.metrics?.feedbackRejections.inc({ reason: 'duplicate' });
       d.metrics?.inboundReports.inc({ kind, outcome: 'duplicate' });
       return { kind, outcome: 'duplicate', rejection: 'duplicate', source, messageId: row.messageId! };
     }
-    if (suppress) d.metrics?.suppressionsAdded.inc({ reason: suppress });
+    if (effect.suppress) d.metrics?.suppressionsAdded.inc({ reason: effect.suppress });
     d.events.written(written);
     d.metrics?.feedbackAttributions.inc({ source });
     d.metrics?.inboundReports.inc({ kind, outcome: 'applied' });
-    await effects.after().catch((err: Error) => d.log.error({ err, messageId: row.messageId }, 'report effect failed'));
+    await after(provenance).catch((err: Error) => d.log.error({ err, messageId: row.messageId }, 'report effect failed'));
     return { kind, outcome: 'applied', source, messageId: row.messageId! };
   }
 }

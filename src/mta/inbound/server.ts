@@ -64,8 +64,6 @@ export interface InboundOptions {
   policy: MtaPolicy['inbound'];
   steps: RecipientStep[];
   handlers: Record<string, InboundHandler>;
-  /** Told of each recipient accepted at RCPT (a handler's head start, e.g. a lookup). */
-  onAccepted?: (target: InboundTarget) => void;
   log: Logger;
 }
 
@@ -207,7 +205,6 @@ export class InboundSmtpServer {
         const target = await step(address, Number.isFinite(size) ? { size } : {});
         if (target && this.o.handlers[target.kind]) {
           (session as { targets?: InboundTarget[] }).targets = [...targets, target];
-          this.o.onAccepted?.(target);
           return cb();
         }
       }

@@ -11,9 +11,12 @@
  * six round trips: the report's latency is what its sender waits for before the next one.
  */
 import { Batcher } from '../../shared/batch.js';
-import type { Clock } from '../../shared/clock.js';
+import { toIso, type Clock } from '../../shared/clock.js';
+import type { MtaEventName } from '../../shared/contracts/mta.js';
 import type { Db } from '../../shared/db/pool.js';
-import { insertEventsSql, insertEventsValues, type OutboxEvent } from '../outbox/store.js';
+import { DELIVERY } from '../delivery/settings.js';
+import type { Provenance } from '../delivery/provenance.js';
+import { reportEventId, reportEventIdSql, type OutboxEvent } from '../outbox/store.js';
 import { suppressionUpsertCtes, type SuppressionReason, type SuppressionStore } from './suppression.js';
 
 export interface FeedbackReportRow {
@@ -34,43 +37,109 @@ export interface FeedbackReportRow {
   remoteIp: string | null;
 }
 
+/** The provenance fields an event's data takes from the send (never from the report). */
+export type ProvenanceField = 'organizationId' | 'campaignId' | 'recipient' | 'domain' | 'ip';
+
+/**
+ * What a report attributed by token to `row.messageId` does, resolved against that message's
+ * provenance inside the write's own statement (one round trip, no lookup before it).
+ */
+export interface ReportEffect {
+  /** `bounce` or `complaint`: the dedupe key is `<kind>:<organization>:<messageId><keySuffix>`, the suppression's source `<kind>:<messageId>`. */
+  kind: 'bounce' | 'complaint';
+  /** Null: nothing to guard (a bounce about nobody: recorded as ignored). */
+  keySuffix: string | null;
+  /** The event; `fill` names the data fields taken from the provenance. */
+  event: { name: MtaEventName; data: object; fill: readonly ProvenanceField[]; at: number } | null;
+  /** The suppression a first sighting adds to the recipient we sent to. */
+  suppress: SuppressionReason | null;
+}
+
 export interface ReportWrite {
+  /** With `effect`, organizationId, recipient and dedupeKey come from the provenance instead. */
   row: FeedbackReportRow;
-  events: readonly OutboxEvent[];
-  /** The suppression a first sighting adds. */
-  suppress?: { address: string; reason: SuppressionReason; source: string };
+  effect?: ReportEffect;
 }
 
 export interface ReportWritten {
+  /**
+   * The provenance an attributed report was resolved to; null when there is none within the
+   * horizon (then the row was written as `rejected:expired`, without effect) or no `effect`.
+   */
+  provenance: Provenance | null;
   /** False for a replay: its row, events and suppression were written before; nothing now. */
   fresh: boolean;
   written: OutboxEvent[];
 }
 
-const COLUMNS = ['dedupe_key', 'kind', 'outcome', 'source', 'message_id', 'organization_id', 'recipient', 'reason', 'feedback_type', 'spf', 'dkim', 'dmarc', 'remote_ip'] as const;
+const TEXT = ['kind', 'outcome', 'source', 'message_id', 'organization_id', 'recipient', 'reason', 'feedback_type', 'spf', 'dkim', 'dmarc', 'remote_ip', 'fx_kind', 'key_suffix', 'ev_name', 'ev_body', 'ev_fill', 'sup_reason'] as const;
+const COLUMNS = ['dedupe_key', 'kind', 'outcome', 'source', 'message_id', 'organization_id', 'recipient', 'reason', 'hard', 'feedback_type', 'spf', 'dkim', 'dmarc', 'remote_ip'] as const;
 
 const p = (n: number) => `$${n}`;
-const BASE = COLUMNS.length + 3;
+/** Each provenance field an event may take, and its column in the statement. */
+const FILL: Record<ProvenanceField, string> = { organizationId: 'fx.org', campaignId: 'fx.p_campaign', recipient: 'fx.rcpt', domain: 'fx.p_domain', ip: 'fx.p_ip' };
+/** The fields an event names, appended to its data as JSON (text, not jsonb: the template's bytes stay as JSON.stringify wrote them). */
+const FILL_SQL = Object.entries(FILL)
+  .map(([k, col]) => `CASE WHEN '${k}' = ANY (string_to_array(fx.ev_fill, ',')) THEN ',"${k}":' || COALESCE(to_json(${col})::text, 'null') END`)
+  .join(', ');
+const HARD = TEXT.length + 1;
+const NOW = TEXT.length + 2;
+const LEASE = TEXT.length + 3;
+const HORIZON = TEXT.length + 4;
 /**
  * The batch's one statement: its text never changes (the batch is in the array parameters),
- * so it is prepared once per connection, not parsed and planned at every write.
+ * so it is prepared once per connection, not parsed and planned at every write. An attributed
+ * report's provenance is joined here, not looked up first: each report costs its sender one
+ * round trip. A key twice in one batch: the first is the sighting, the later ones its replays
+ * (no row, no effect). Effects follow a row only when its key was inserted now.
  */
-const WRITE_SQL = `WITH rep AS (
-     INSERT INTO mta_feedback_reports (${COLUMNS.join(', ')}, hard, received_at)
-     SELECT ${COLUMNS.map((c) => `u.${c}`).join(', ')}, h.hard, ${p(COLUMNS.length + 2)}::timestamptz
-       FROM unnest(${COLUMNS.map((_, n) => `${p(n + 1)}::text[]`).join(', ')}) WITH ORDINALITY AS u(${COLUMNS.join(', ')}, n)
-       JOIN unnest(${p(COLUMNS.length + 1)}::boolean[]) WITH ORDINALITY AS h(hard, n) USING (n)
+const WRITE_SQL = `WITH u AS (
+     SELECT * FROM unnest(${TEXT.map((_, n) => `${p(n + 1)}::text[]`).join(', ')}, ${p(HARD)}::boolean[])
+       WITH ORDINALITY AS u(${TEXT.join(', ')}, hard, n)),
+   r AS (
+     SELECT u.*, pv.campaign_id AS p_campaign, pv.domain AS p_domain, pv.ip AS p_ip, pv.sent_at AS p_sent_at,
+            pv.message_id IS NULL AND u.fx_kind IS NOT NULL AS expired,
+            CASE WHEN u.fx_kind IS NULL THEN u.organization_id ELSE pv.organization_id END AS org,
+            CASE WHEN u.fx_kind IS NULL THEN u.recipient ELSE pv.recipient END AS rcpt,
+            CASE WHEN pv.message_id IS NOT NULL AND u.key_suffix IS NOT NULL
+                 THEN u.fx_kind || ':' || pv.organization_id || ':' || u.message_id || u.key_suffix END AS dedupe_key
+       FROM u LEFT JOIN mta_send_provenance pv
+         ON u.fx_kind IS NOT NULL AND pv.message_id = u.message_id AND pv.sent_at > ${p(HORIZON)}::timestamptz),
+   f AS (
+     SELECT r.*, r.dedupe_key IS NULL OR row_number() OVER (PARTITION BY r.dedupe_key ORDER BY r.n) = 1 AS first FROM r),
+   rep AS (
+     INSERT INTO mta_feedback_reports (${COLUMNS.join(', ')}, received_at)
+     SELECT f.dedupe_key, f.kind, CASE WHEN f.expired THEN 'rejected:expired' ELSE f.outcome END, f.source, f.message_id, f.org, f.rcpt,
+            CASE WHEN f.expired THEN NULL ELSE f.reason END, CASE WHEN f.expired THEN NULL ELSE f.hard END,
+            f.feedback_type, f.spf, f.dkim, f.dmarc, f.remote_ip, ${p(NOW)}::timestamptz
+       FROM f WHERE f.first ORDER BY f.n
      ON CONFLICT (dedupe_key) DO NOTHING RETURNING dedupe_key),
-   ${suppressionUpsertCtes(
-     `SELECT u.a, u.r, u.s, u.n FROM unnest(${p(BASE)}::text[], ${p(BASE + 1)}::text[], ${p(BASE + 2)}::text[], ${p(BASE + 3)}::text[]) WITH ORDINALITY AS u(a, r, s, k, n)
-       WHERE u.k IS NULL OR u.k IN (SELECT dedupe_key FROM rep)`,
-     `${p(COLUMNS.length + 2)}::timestamptz`,
-   )},
-   ev AS (${insertEventsSql(BASE + 4, 'u.k IS NULL OR u.k IN (SELECT dedupe_key FROM rep)')})
-   SELECT 'rep' AS t, dedupe_key AS v FROM rep
-   UNION ALL SELECT 'sup', address FROM sup
-   UNION ALL SELECT 'ev', id FROM ev
-   UNION ALL SELECT 'notify', NULL FROM sup_notify`;
+   fx AS (SELECT f.* FROM f WHERE f.first AND f.dedupe_key IN (SELECT dedupe_key FROM rep)),
+   ${suppressionUpsertCtes(`SELECT fx.rcpt AS a, fx.sup_reason AS r, fx.fx_kind || ':' || fx.message_id AS s, fx.n FROM fx WHERE fx.sup_reason IS NOT NULL`, `${p(NOW)}::timestamptz`)},
+   ev AS (
+     INSERT INTO mta_outbox (id, event, body, next_at, created_at)
+     SELECT e.id, fx.ev_name, '{"id":' || to_json(e.id)::text || ',' || substr(fx.ev_body, 2, length(fx.ev_body) - 3) || concat(${FILL_SQL}) || '}}',
+            ${p(LEASE)}::timestamptz, ${p(NOW)}::timestamptz
+       FROM fx CROSS JOIN LATERAL (SELECT ${reportEventIdSql('fx.dedupe_key')} AS id) e
+      WHERE fx.ev_name IS NOT NULL ORDER BY fx.n
+     ON CONFLICT (id) DO NOTHING RETURNING id, event, body)
+   SELECT 'prov' AS t, r.n, r.dedupe_key AS k,
+          json_build_object('organizationId', r.org, 'campaignId', r.p_campaign, 'recipient', r.rcpt, 'domain', r.p_domain, 'ip', r.p_ip,
+                            'sentAt', (extract(epoch FROM r.p_sent_at) * 1000)::float8)::text AS v
+     FROM r WHERE r.fx_kind IS NOT NULL AND NOT r.expired
+   UNION ALL SELECT 'rep', NULL, dedupe_key, NULL FROM rep
+   UNION ALL SELECT 'sup', NULL, NULL, address FROM sup
+   UNION ALL SELECT 'ev', NULL, id, body FROM ev
+   UNION ALL SELECT 'notify', NULL, NULL, NULL FROM sup_notify`;
+
+/** An event's `{ event, timestamp, data }` without what the statement adds: its id and the provenance's fields. */
+function eventTemplate(effect: ReportEffect | undefined): string | null {
+  const e = effect?.event;
+  if (!e) return null;
+  // The statement appends `,"field":…` inside data: an empty data would give `{,`.
+  if (Object.keys(e.data).length === 0) throw new Error(`report event ${e.name} needs at least one data field`);
+  return JSON.stringify({ event: e.name, timestamp: toIso(e.at), data: e.data });
+}
 
 export class FeedbackReportStore {
   private readonly writes: Batcher<ReportWrite, ReportWritten>;
@@ -87,72 +156,68 @@ export class FeedbackReportStore {
     this.writes = new Batcher((items) => this.writeMany(items), { maxInFlight: 1, maxItems: 200 });
   }
 
+  /** Writes a report: a row alone, or with `effect` its provenance's effects, once per dedupe key. */
   record(write: ReportWrite): Promise<ReportWritten> {
     return this.writes.submit(write);
   }
 
   private async writeMany(items: ReportWrite[]): Promise<ReportWritten[]> {
     const now = this.clock.now();
-    // A key twice in one batch: the first is the sighting, the second its replay.
-    const seen = new Set<string>();
-    const first = items.map((i) => {
-      const k = i.row.dedupeKey;
-      if (k === null) return true;
-      if (seen.has(k)) return false;
-      seen.add(k);
-      return true;
-    });
-    const rows = items.filter((_, n) => first[n]).map((i) => i.row);
-    // Effects of a first sighting, each tagged with its key: the statement keeps those whose
-    // report row it inserted (a null key is never a replay).
-    const keyed = items.filter((_, n) => first[n]);
-    const sup = keyed.filter((i) => i.suppress);
-    const events = keyed.flatMap((i) => i.events.map((e) => ({ e, key: i.row.dedupeKey })));
-    // One statement, so one round trip and an implicit transaction: the row, the suppression
-    // (and its NOTIFY) and the events commit together or not at all.
-    const res = await this.db.query<{ t: string; v: string | null }>({
+    const col = <T>(f: (w: ReportWrite) => T) => items.map(f);
+    const fx = (w: ReportWrite) => w.effect;
+    // One statement, so one round trip and an implicit transaction: the rows, the suppressions
+    // (and their NOTIFY) and the events commit together or not at all.
+    const res = await this.db.query<{ t: string; n: string | null; k: string | null; v: string | null }>({
       name: 'mta_feedback_reports_write',
       text: WRITE_SQL,
       values: [
-        rows.map((r) => r.dedupeKey),
-        rows.map((r) => r.kind),
-        rows.map((r) => r.outcome),
-        rows.map((r) => r.source),
-        rows.map((r) => r.messageId),
-        rows.map((r) => r.organizationId),
-        rows.map((r) => r.recipient),
-        rows.map((r) => r.reason),
-        rows.map((r) => r.feedbackType),
-        rows.map((r) => r.spf),
-        rows.map((r) => r.dkim),
-        rows.map((r) => r.dmarc),
-        rows.map((r) => r.remoteIp),
-        rows.map((r) => r.hard),
+        col((w) => w.row.kind),
+        col((w) => w.row.outcome),
+        col((w) => w.row.source),
+        col((w) => w.row.messageId),
+        col((w) => (fx(w) ? null : w.row.organizationId)),
+        col((w) => (fx(w) ? null : w.row.recipient)),
+        col((w) => w.row.reason),
+        col((w) => w.row.feedbackType),
+        col((w) => w.row.spf),
+        col((w) => w.row.dkim),
+        col((w) => w.row.dmarc),
+        col((w) => w.row.remoteIp),
+        col((w) => fx(w)?.kind ?? null),
+        col((w) => fx(w)?.keySuffix ?? null),
+        col((w) => fx(w)?.event?.name ?? null),
+        col((w) => eventTemplate(fx(w))),
+        col((w) => fx(w)?.event?.fill.join(',') ?? null),
+        col((w) => fx(w)?.suppress ?? null),
+        col((w) => w.row.hard),
         new Date(now),
-        sup.map((i) => i.suppress!.address),
-        sup.map((i) => i.suppress!.reason),
-        sup.map((i) => i.suppress!.source),
-        sup.map((i) => i.row.dedupeKey),
-        ...insertEventsValues(
-          events.map((x) => x.e),
-          now + this.leaseMs,
-          now,
-        ),
-        events.map((x) => x.key),
+        new Date(now + this.leaseMs),
+        new Date(now - DELIVERY.provenanceRetentionMs),
       ],
     });
-    const inserted = new Set<string | null>();
-    const ids = new Set<string>();
+    const found = new Map<number, { key: string | null; prov: Omit<Provenance, 'messageId'> }>();
+    const inserted = new Set<string>();
+    const events = new Map<string, string>();
     const suppressed: string[] = [];
     for (const r of res.rows) {
-      if (r.t === 'rep') inserted.add(r.v);
-      else if (r.t === 'ev') ids.add(r.v!);
+      if (r.t === 'prov') found.set(Number(r.n) - 1, { key: r.k, prov: JSON.parse(r.v!) });
+      else if (r.t === 'rep' && r.k !== null) inserted.add(r.k);
+      else if (r.t === 'ev') events.set(r.k!, r.v!);
       else if (r.t === 'sup') suppressed.push(r.v!);
     }
     if (suppressed.length) this.suppression.noteAdded(suppressed);
-    return items.map((i, n) => {
-      const fresh = first[n]! && (i.row.dedupeKey === null || inserted.has(i.row.dedupeKey));
-      return { fresh, written: fresh ? i.events.filter((e) => ids.has(e.id)) : [] };
+    // The first item of a key is its sighting (fresh when its row went in now); the rest replays.
+    const sighted = new Set<string>();
+    return items.map((w, n) => {
+      const hit = found.get(n);
+      const provenance = hit ? { messageId: w.row.messageId!, ...hit.prov } : null;
+      const key = hit?.key ?? null;
+      if (key === null) return { provenance, fresh: true, written: [] };
+      const fresh = !sighted.has(key) && inserted.has(key);
+      sighted.add(key);
+      const id = reportEventId(key);
+      const body = fresh ? events.get(id) : undefined;
+      return { provenance, fresh, written: body === undefined ? [] : [{ id, event: w.effect!.event!.name, body }] };
     });
   }
 

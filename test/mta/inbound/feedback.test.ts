@@ -8,9 +8,11 @@ import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ProvenanceStore } from '../../../src/mta/delivery/provenance.js';
 import { signToken } from '../../../src/mta/delivery/verp.js';
-import { outboxEvent, reportEventId } from '../../../src/mta/outbox/store.js';
+import { reportEventId } from '../../../src/mta/outbox/store.js';
 import { reportRecipients, type InboundTarget } from '../../../src/mta/inbound/recipients.js';
 import { FeedbackProcessor } from '../../../src/mta/inbound/reports.js';
+import { FeedbackReportStore, type ReportWrite } from '../../../src/mta/stores/feedback-reports.js';
+import type { SuppressionReason } from '../../../src/mta/stores/suppression.js';
 import { silentLogger } from '../../../src/shared/log.js';
 import { MTA_EVENT } from '../../../src/shared/contracts/mta.js';
 import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receiver.js';
@@ -34,9 +36,9 @@ afterAll(async () => {
 beforeEach(() => backend.reset());
 
 /** A send as the delivery engine records it; returns its message id and tokens. */
-async function sent(org = 'org-fb', ip: string | null = '127.0.0.2') {
+async function sent(org = 'org-fb', ip: string | null = '127.0.0.2', to?: string) {
   const messageId = `fb-${++seq}`;
-  const recipient = `user${seq}@receiver.test`;
+  const recipient = to ?? `user${seq}@receiver.test`;
   const p = new ProvenanceStore(t.db.pool, t.clock);
   await p.record({ messageId, organizationId: org, campaignId: 'camp-1', recipient, domain: 'receiver.test', ip, sentAt: t.clock.now() });
   await p.close();
@@ -159,9 +161,30 @@ describe('rejected or absorbed, and counted', () => {
     const s = await sent();
     t.clock.advance(16 * 86_400_000 + 60_000);
     const n = await rejected('expired');
+    const reports = await metric('mta_inbound_reports_total', 'kind="complaint",outcome="rejected"');
     await deliver(s.fbl, arfReport({ recipient: s.recipient }));
     expect(await rejected('expired')).toBe(n + 1);
+    expect(await metric('mta_inbound_reports_total', 'kind="complaint",outcome="rejected"')).toBe(reports + 1);
     expect((await suppression(s.recipient)).suppressed).toBe(false);
+    // Recorded as before the provenance was read in the write: nothing of the send's in the row.
+    const [row] = await t.mta.context.stores.feedbackReports.recent(1);
+    expect(row).toMatchObject({ outcome: 'rejected:expired', kind: 'complaint', source: 'envelope', messageId: s.messageId, dedupeKey: null, organizationId: null, recipient: null, reason: null, hard: null });
+  });
+
+  it('a verified token of a message never sent (no provenance): a DSN rejected as expired, no event, counted once', async () => {
+    const messageId = `fb-unsent-${++seq}`;
+    const n = await rejected('expired');
+    const reports = await metric('mta_inbound_reports_total', 'kind="dsn",outcome="rejected"');
+    const applied = await metric('mta_inbound_reports_total', 'kind="bounce",outcome="applied"');
+    await deliver(`bounce+${signToken(messageId, KEY)}@${HOST}`, dsnReport({ recipient: 'someone@receiver.test', status: '5.1.1', diagnostic: '550 5.1.1 User unknown' }));
+    expect(await rejected('expired')).toBe(n + 1);
+    expect(await metric('mta_inbound_reports_total', 'kind="dsn",outcome="rejected"')).toBe(reports + 1);
+    expect(await metric('mta_inbound_reports_total', 'kind="bounce",outcome="applied"')).toBe(applied);
+    expect((await suppression('someone@receiver.test')).suppressed).toBe(false);
+    const [row] = await t.mta.context.stores.feedbackReports.recent(1);
+    expect(row).toMatchObject({ outcome: 'rejected:expired', kind: 'dsn', messageId, dedupeKey: null, organizationId: null, recipient: null, hard: null });
+    await t.mta.context.relay.settle();
+    expect(postedEvents(backend.requests).filter((e) => e.data.messageId === messageId)).toEqual([]);
   });
 
   it('a replayed complaint: one suppression, one event, one breaker marker', async () => {
@@ -195,14 +218,14 @@ describe('reports arriving together share a transaction', () => {
 });
 
 describe('one statement per batch of reports', () => {
-  const complaintRow = (key: string | null, recipient: string) => ({
-    dedupeKey: key,
+  const complaintRow = (messageId: string | null) => ({
+    dedupeKey: null,
     kind: 'complaint',
-    outcome: key ? 'applied' : 'rejected:no_token',
-    source: key ? 'envelope' : null,
-    messageId: null,
-    organizationId: 'org-stmt',
-    recipient,
+    outcome: messageId ? 'applied' : 'rejected:no_token',
+    source: messageId ? 'envelope' : null,
+    messageId,
+    organizationId: null,
+    recipient: null,
     reason: 'feedback',
     hard: null,
     feedbackType: 'abuse',
@@ -211,35 +234,60 @@ describe('one statement per batch of reports', () => {
     dmarc: 'none',
     remoteIp: '127.0.0.1',
   });
-  const complained = (key: string, recipient: string) =>
-    outboxEvent(MTA_EVENT.complained, { messageId: key, organizationId: 'org-stmt', campaignId: null, recipient, feedbackType: 'abuse', userAgent: null, source: 'envelope' }, t.clock.now(), reportEventId(key));
+  /** A complaint attributed to a send, as the processor writes it. */
+  const complaint = (messageId: string, suppress: SuppressionReason | null = 'complaint'): ReportWrite => ({
+    row: complaintRow(messageId),
+    effect: {
+      kind: 'complaint',
+      keySuffix: '',
+      event: { name: MTA_EVENT.complained, data: { messageId, feedbackType: 'abuse', userAgent: null, source: 'envelope' }, fill: ['organizationId', 'campaignId', 'recipient'], at: t.clock.now() },
+      suppress,
+    },
+  });
 
-  it('two reports about one address in one batch, and a replay in it: one suppression, its NOTIFY, no event for the replay', async () => {
+  it('two reports about one address in one batch, a replay, a repeat and an unknown send: one suppression, its NOTIFY, events only for the first sightings', async () => {
     const store = t.mta.context.stores.feedbackReports;
     const address = `stmt${++seq}@receiver.test`;
+    const [a, b] = [await sent('org-stmt', null, address), await sent('org-stmt', null, address)];
+    const old = await sent('org-stmt', null, `replay${seq}@receiver.test`);
     const listener = new pg.Client({ connectionString: t.db.url });
     await listener.connect();
     const heard: string[] = [];
     listener.on('notification', (n) => heard.push(n.payload ?? ''));
     await listener.query('LISTEN mta_suppression');
     try {
-      const old = `complaint:org-stmt:old-${seq}`;
-      await store.record({ row: complaintRow(old, address), events: [complained(old, address)] });
-      const [a, b, replay, rejected] = await Promise.all([
-        store.record({ row: complaintRow(`complaint:org-stmt:a-${seq}`, address), events: [complained(`complaint:org-stmt:a-${seq}`, address)], suppress: { address, reason: 'hard_bounce', source: 'first' } }),
-        store.record({ row: complaintRow(`complaint:org-stmt:b-${seq}`, address), events: [complained(`complaint:org-stmt:b-${seq}`, address)], suppress: { address, reason: 'complaint', source: 'second' } }),
-        store.record({ row: complaintRow(old, address), events: [complained(old, address)], suppress: { address: `replay${seq}@receiver.test`, reason: 'complaint', source: 'replay' } }),
-        store.record({ row: complaintRow(null, 'nobody@receiver.test'), events: [] }),
+      expect((await store.record(complaint(old.messageId, null))).fresh).toBe(true);
+      const [wa, wb, again, replay, unknown, rejected] = await Promise.all([
+        store.record(complaint(a.messageId, 'hard_bounce')),
+        store.record(complaint(b.messageId)),
+        store.record(complaint(b.messageId)),
+        store.record(complaint(old.messageId)),
+        store.record(complaint(`fb-unknown-${seq}`)),
+        store.record({ row: complaintRow(null) }),
       ]);
-      expect([a!.fresh, b!.fresh, replay!.fresh, rejected!.fresh]).toEqual([true, true, false, true]);
-      expect(a!.written.map((e) => e.id)).toEqual([reportEventId(`complaint:org-stmt:a-${seq}`)]);
-      expect(replay!.written).toEqual([]);
+      expect([wa!.fresh, wb!.fresh, again!.fresh, replay!.fresh, unknown!.fresh, rejected!.fresh]).toEqual([true, true, false, false, true, true]);
+      expect(wa!.provenance).toMatchObject({ messageId: a.messageId, organizationId: 'org-stmt', campaignId: 'camp-1', recipient: address, domain: 'receiver.test', ip: null });
+      expect([unknown!.provenance, rejected!.provenance]).toEqual([null, null]);
+      // The statement names the event as reportEventId does, and fills it from the provenance.
+      expect(wa!.written.map((e) => e.id)).toEqual([reportEventId(`complaint:org-stmt:${a.messageId}`)]);
+      expect(JSON.parse(wa!.written[0]!.body)).toEqual({
+        id: reportEventId(`complaint:org-stmt:${a.messageId}`),
+        event: MTA_EVENT.complained,
+        timestamp: new Date(t.clock.now()).toISOString(),
+        data: { messageId: a.messageId, organizationId: 'org-stmt', campaignId: 'camp-1', recipient: address, feedbackType: 'abuse', userAgent: null, source: 'envelope' },
+      });
+      // Compact, as JSON.stringify writes it (the row is posted byte for byte).
+      expect(wa!.written[0]!.body).toBe(JSON.stringify(JSON.parse(wa!.written[0]!.body)));
+      expect([again!.written, replay!.written, unknown!.written]).toEqual([[], [], []]);
       // The last of an address wins, as with addIn.
       expect(await suppression(address)).toMatchObject({ suppressed: true, reason: 'complaint' });
       expect((await suppression(`replay${seq}@receiver.test`)).suppressed).toBe(false);
       await eventually(() => heard.includes(`+\n${address}`));
       expect(heard.join('\n')).not.toContain(`replay${seq}@`);
       expect(t.mta.context.stores.suppression.has(address)).toBe(true);
+      const rows = await t.mta.context.stores.feedbackReports.recent(4);
+      expect(rows.find((r) => r.messageId === `fb-unknown-${seq}`)).toMatchObject({ outcome: 'rejected:expired', dedupeKey: null, organizationId: null });
+      expect(rows.find((r) => r.messageId === a.messageId)).toMatchObject({ outcome: 'applied', dedupeKey: `complaint:org-stmt:${a.messageId}`, organizationId: 'org-stmt', recipient: address });
     } finally {
       await listener.end();
     }
@@ -255,7 +303,8 @@ describe('one statement per batch of reports', () => {
     try {
       const n = ++seq;
       const addresses = Array.from({ length: 60 }, (_, i) => `${'l'.repeat(200)}${i}.${n}@receiver.test`);
-      await Promise.all(addresses.map((a, i) => store.record({ row: complaintRow(`complaint:org-stmt:many-${n}-${i}`, a), events: [], suppress: { address: a, reason: 'complaint', source: 'many' } })));
+      const sends = await Promise.all(addresses.map((a) => sent('org-stmt', null, a)));
+      await Promise.all(sends.map((x) => store.record(complaint(x.messageId))));
       const announced = () => heard.flatMap((p) => p.split('\n').slice(1)).filter((a) => a.endsWith(`.${n}@receiver.test`));
       await eventually(() => announced().length >= addresses.length);
       expect(announced().sort()).toEqual([...addresses].sort());
@@ -284,17 +333,19 @@ describe('provenance lookups made together', () => {
   });
 });
 
-describe('the provenance lookup started at RCPT', () => {
-  function processor(maxEntries: number) {
+describe('the provenance read in the report\'s write', () => {
+  function processor() {
     const c = t.mta.context;
     const store = new ProvenanceStore(t.db.pool, t.clock);
     const asked: string[] = [];
     const provenance = { lookup: (id: string) => (asked.push(id), store.lookup(id)) };
+    let queries = 0;
+    const counted = new Proxy(t.db.pool, { get: (target, k) => (k === 'query' ? (...args: unknown[]) => (queries++, (target.query as (...x: unknown[]) => unknown)(...args)) : Reflect.get(target, k)) });
     const fp = new FeedbackProcessor({
       key: KEY,
       hosts: () => new Set([HOST]),
       provenance,
-      reports: c.stores.feedbackReports,
+      reports: new FeedbackReportStore(counted, t.clock, 30_000, c.stores.suppression),
       events: c.relay,
       breaker: c.state.breaker,
       intel: c.state.intel,
@@ -304,33 +355,43 @@ describe('the provenance lookup started at RCPT', () => {
       metrics: null,
       clock: t.clock,
       log: silentLogger,
-      prefetch: { maxEntries, maxAgeMs: 60_000 },
     });
-    return { fp, asked };
+    return { fp, asked, queries: () => queries };
   }
   const target = (address: string) => reportRecipients(() => new Set([HOST]))(address) as InboundTarget;
   const message = (to: string, raw: string) => ({ raw: Buffer.from(raw), targets: [target(to)], mailFrom: '', remoteIp: '127.0.0.1', helo: 'mx.provider.test', mailArgs: {} });
 
-  it('is the lookup the report uses: one per report; a forged token starts none', async () => {
-    const { fp, asked } = processor(10);
-    const s = await sent('org-early');
-    fp.prefetch(target(s.bounce));
-    fp.prefetch(target(`bounce+forged@${HOST}`));
-    expect(asked).toEqual([s.messageId]);
+  it('a report costs one statement: no lookup before its write', async () => {
+    const { fp, asked, queries } = processor();
+    const s = await sent('org-read');
     const out = await fp.process(message(s.bounce, dsnReport({ recipient: s.recipient, status: '5.1.1', diagnostic: '550 5.1.1 User unknown' })));
     expect(out).toMatchObject({ outcome: 'applied', source: 'envelope', messageId: s.messageId });
-    expect(asked).toEqual([s.messageId]);
+    expect([asked, queries()]).toEqual([[], 1]);
     expect(await suppression(s.recipient)).toMatchObject({ suppressed: true, reason: 'hard_bounce' });
   });
 
-  it('keeps at most maxEntries unclaimed (sessions that never sent DATA); an evicted one is looked up again', async () => {
-    const { fp, asked } = processor(2);
-    const [a, b, c] = [await sent('org-early'), await sent('org-early'), await sent('org-early')];
-    for (const x of [a, b, c]) fp.prefetch(target(x.bounce));
-    const out = await fp.process(message(a.bounce, dsnReport({ recipient: a.recipient, status: '5.1.1', diagnostic: '550 5.1.1 User unknown' })));
-    expect(out).toMatchObject({ outcome: 'applied', messageId: a.messageId });
-    // a was evicted when c arrived: its report asked again.
-    expect(asked).toEqual([a.messageId, b.messageId, c.messageId, a.messageId]);
+  it('a bounce failing several addresses takes the entry of the one we sent to (its provenance looked up first)', async () => {
+    const { fp, asked } = processor();
+    const s = await sent('org-read');
+    const other = ['Final-Recipient: rfc822; other@receiver.test', 'Action: delayed', 'Status: 4.2.2', 'Diagnostic-Code: smtp; 452 4.2.2 Mailbox full', '', ''].join('\r\n');
+    const raw = dsnReport({ recipient: s.recipient, status: '5.1.1', diagnostic: '550 5.1.1 User unknown' }).replace(`Final-Recipient: rfc822; ${s.recipient}`, `${other}Final-Recipient: rfc822; ${s.recipient}`);
+    const out = await fp.process(message(s.bounce, raw));
+    expect(out).toMatchObject({ outcome: 'applied', messageId: s.messageId });
+    expect(asked).toEqual([s.messageId]);
+    expect(await suppression(s.recipient)).toMatchObject({ suppressed: true, reason: 'hard_bounce' });
+    const [row] = await t.mta.context.stores.feedbackReports.recent(1);
+    expect(row).toMatchObject({ dedupeKey: `bounce:org-read:${s.messageId}:hard:5.1.1`, hard: true, reason: 'userunknown', recipient: s.recipient });
+  });
+
+  it('a bounce about nobody we sent to is recorded as ignored with the send\'s provenance, or as expired without one', async () => {
+    const { fp } = processor();
+    const s = await sent('org-read');
+    const delivered = dsnReport({ recipient: s.recipient, status: '2.0.0', action: 'delivered', diagnostic: '250 2.0.0 Ok' });
+    expect(await fp.process(message(s.bounce, delivered))).toMatchObject({ kind: 'ignored', outcome: 'ignored', messageId: s.messageId });
+    expect((await t.mta.context.stores.feedbackReports.recent(1))[0]).toMatchObject({ outcome: 'ignored', organizationId: 'org-read', recipient: s.recipient, dedupeKey: null });
+    const unsent = `fb-unsent-${++seq}`;
+    expect(await fp.process(message(`bounce+${signToken(unsent, KEY)}@${HOST}`, delivered))).toMatchObject({ outcome: 'rejected', rejection: 'expired', messageId: unsent });
+    expect((await t.mta.context.stores.feedbackReports.recent(1))[0]).toMatchObject({ outcome: 'rejected:expired', organizationId: null, recipient: null, reason: null });
   });
 });
 
