@@ -293,6 +293,11 @@ describe('one statement per batch of reports', () => {
     }
   });
 
+  it('an event with no data field is refused before the statement (the statement appends fields inside data)', async () => {
+    const w = complaint(`fb-empty-${++seq}`);
+    await expect(t.mta.context.stores.feedbackReports.record({ ...w, effect: { ...w.effect!, event: { ...w.effect!.event!, data: {} } } })).rejects.toThrow(/needs at least one data field/);
+  });
+
   it('more suppressions than one notification holds are announced in several', async () => {
     const store = t.mta.context.stores.feedbackReports;
     const listener = new pg.Client({ connectionString: t.db.url });
