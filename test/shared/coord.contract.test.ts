@@ -334,6 +334,49 @@ function contract(name: string, makeAdapter: (clock: ManualClock) => Coordinatio
       expect(values).toEqual(Array.from({ length: 700 }, (_, i) => i + 1));
     });
 
+    it('reads and increments of one key made together see every call before them', async () => {
+      const j = k('json');
+      const x = k('ctr');
+      const y = k('ctr');
+      const r = k('ring');
+      await c.ringPush(r, 'a', 3);
+      await c.ringPush(r, 'b', 3);
+      await c.setJson(j, { v: 0 });
+      await c.incr(y, 1, 1_000);
+      clock.advance(1_000); // y has expired: the first incr of the batch starts it afresh
+      const results = await Promise.all([
+        c.getJson(j),
+        c.getJson(j),
+        c.setJson(j, { v: 1 }),
+        c.getJson(j),
+        c.getJson(j),
+        c.incr(x, 2, 60_000),
+        c.incr(x, -1, 60_000),
+        c.getCounter(x),
+        c.incr(x, 5, 60_000),
+        c.incr(x, 1, 30_000),
+        c.incr(x, 0.5, 60_000),
+        c.incr(x, 1, 60_000),
+        c.incr(y, 3, 60_000),
+        c.incr(y, 4, 60_000),
+        c.ringPush(r, 'c', 3),
+        c.ringPush(r, 'd', 3),
+        c.ringRead(r),
+        c.ringPush(r, 'e', 3),
+        c.ringPush(r, 'f', 2),
+        c.ringPush(r, 'g', 2),
+      ]);
+      expect(results).toEqual([
+        { v: 0 }, { v: 0 }, undefined, { v: 1 }, { v: 1 },
+        2, 1, 1, 6, 7, 7.5, 8.5, 3, 7,
+        ['a', 'b', 'c'], ['b', 'c', 'd'], ['b', 'c', 'd'], ['c', 'd', 'e'], ['e', 'f'], ['f', 'g'],
+      ]);
+      // Answers are the caller's own: changing one changes no other.
+      const [a, b] = await Promise.all([c.getJson<{ v: number }>(j), c.getJson<{ v: number }>(j)]);
+      a!.v = 9;
+      expect(b).toEqual({ v: 1 });
+    });
+
     it('ping answers true', async () => {
       expect(await c.ping()).toBe(true);
     });
@@ -420,6 +463,33 @@ describe.runIf(redisAvailable)('redis adapter', () => {
       expect(await b.getCounter(ctr)).toBe(50);
     } finally {
       await Promise.all([a.close(), b.close()]);
+    }
+  });
+
+  it('folds the reads and increments of one key made in one turn into one operation each', async () => {
+    // 250 calls: one batch holds 256.
+    const c = new RedisCoordination({ url: redisUrl, keyPrefix, clock: new ManualClock() });
+    try {
+      const j = k('json');
+      const x = k('ctr');
+      await c.setJson(j, { open: true });
+      const before = { ...c.stats };
+      const reads = Array.from({ length: 80 }, () => c.getJson(j));
+      const counts = Array.from({ length: 10 }, () => c.getCounter(x));
+      const incrs = Array.from({ length: 80 }, () => c.incr(x, 1, 60_000));
+      const r = k('ring');
+      const pushes = Array.from({ length: 80 }, (_, i) => c.ringPush(r, `v${i}`, 5));
+      expect(await Promise.all(reads)).toEqual(Array.from({ length: 80 }, () => ({ open: true })));
+      expect(await Promise.all(counts)).toEqual(Array.from({ length: 10 }, () => 0));
+      expect(await Promise.all(incrs)).toEqual(Array.from({ length: 80 }, (_, i) => i + 1));
+      // Each push sees the ring as it was right after its own value went in.
+      expect(await Promise.all(pushes)).toEqual(Array.from({ length: 80 }, (_, i) => Array.from({ length: Math.min(5, i + 1) }, (_, j) => `v${i - Math.min(5, i + 1) + 1 + j}`)));
+      expect(c.stats.calls - before.calls).toBe(250);
+      expect(c.stats.sent - before.sent).toBe(4);
+      expect(await c.getCounter(x)).toBe(80);
+      expect(await c.ringRead(r)).toEqual(['v75', 'v76', 'v77', 'v78', 'v79']);
+    } finally {
+      await c.close();
     }
   });
 

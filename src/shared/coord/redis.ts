@@ -125,11 +125,15 @@ local function listJson(key)
   if #l == 0 then return '[]' end
   return cjson.encode(l)
 end
--- keys: ring. args: value, size → the list, oldest first
+-- keys: ring. args: size, then n values → the list after the pushes with the n - 1 entries
+-- before its last size entries (oldest first): each of the n callers reads its own view from it.
 OPS.ringPush = function(k, a, nk, na)
-  redis.call('RPUSH', KEYS[k], ARGV[a + 1])
-  redis.call('LTRIM', KEYS[k], -tonumber(ARGV[a + 2]), -1)
-  return listJson(KEYS[k])
+  local size, n = tonumber(ARGV[a + 1]), na - 1
+  redis.call('RPUSH', KEYS[k], unpack(ARGV, a + 2, a + na))
+  local l = redis.call('LRANGE', KEYS[k], -(size + n - 1), -1)
+  redis.call('LTRIM', KEYS[k], -size, -1)
+  if #l == 0 then return '[]' end
+  return cjson.encode(l)
 end
 OPS.ringRead = function(k, a, nk, na) return listJson(KEYS[k]) end
 OPS.del = function(k, a, nk, na) return redis.call('UNLINK', KEYS[k]) end
@@ -238,6 +242,101 @@ export interface RedisCoordinationOptions {
   log?: Logger;
 }
 
+/** One operation as sent: a call, or calls that one run of it answers (see coalesce). */
+class SentOp {
+  readonly callers: Pending[];
+  /** incr calls folded into one: their `by`s, in call order. */
+  incrs: number[] | null = null;
+  by = 0;
+  /** ringPush calls folded into one: their values, in call order. */
+  pushes: string[] | null = null;
+
+  constructor(readonly first: Pending) {
+    this.callers = [first];
+  }
+
+  answer(reply: unknown): void {
+    if (this.pushes) {
+      // One parse for all: caller i gets the list and how many values were pushed after its own.
+      const list = JSON.parse(reply as string) as string[];
+      for (let i = 0; i < this.callers.length; i++) this.callers[i]!.resolve([list, this.callers.length - 1 - i]);
+      return;
+    }
+    if (!this.incrs || this.callers.length === 1) {
+      for (const c of this.callers) c.resolve(reply);
+      return;
+    }
+    // Each caller gets the value it would have seen had the calls run one after another.
+    let value = Number(reply) - this.by;
+    for (let i = 0; i < this.callers.length; i++) {
+      value += this.incrs[i]!;
+      this.callers[i]!.resolve(String(value));
+    }
+  }
+
+  fail(err: Error): void {
+    for (const c of this.callers) c.reject(err);
+  }
+}
+
+// Operations that only read their one key.
+const READS = new Set(['hmget', 'counters', 'ringRead']);
+
+/**
+ * Folds the calls of one batch that one run can answer, without changing any result: a read
+ * of a key (`hmget`, `counters`, `ringRead`) made again with the same arguments is
+ * answered by the first read; `incr`s of one key with the same TTL and clock (integer steps)
+ * run as one incr by their sum; `ringPush`es of one ring (same size) as one push of all their
+ * values, which answers with enough of the list for each caller's view after its own push.
+ * In each case nothing else touches the key in between. A fleet's jobs read one breaker, push
+ * to its ring, count into the same organization counters and intel buckets, so a batch of many
+ * jobs sends a fraction of its calls.
+ */
+function coalesce(batch: Pending[]): SentOp[] {
+  const sent: SentOp[] = [];
+  // Per key: the op that a following read or incr of it may join (null: one may not).
+  const open = new Map<string, SentOp | null>();
+  for (const p of batch) {
+    const key = p.keys.length === 1 ? p.keys[0]! : null;
+    const prev = key === null ? undefined : open.get(key);
+    if (prev && key !== null) {
+      const f = prev.first;
+      if (READS.has(p.op) && f.op === p.op && sameArgs(f.args, p.args)) {
+        prev.callers.push(p);
+        continue;
+      }
+      if (p.op === 'ringPush' && prev.pushes && f.args[0] === p.args[0]) {
+        prev.callers.push(p);
+        prev.pushes.push(p.args[1] as string);
+        continue;
+      }
+      if (p.op === 'incr' && prev.incrs && Number.isInteger(p.args[0]) && f.args[1] === p.args[1] && f.args[2] === p.args[2]) {
+        prev.callers.push(p);
+        prev.incrs.push(p.args[0] as number);
+        prev.by += p.args[0] as number;
+        continue;
+      }
+    }
+    const op = new SentOp(p);
+    if (p.op === 'incr' && Number.isInteger(p.args[0])) {
+      op.incrs = [p.args[0] as number];
+      op.by = p.args[0] as number;
+    } else if (p.op === 'ringPush') {
+      op.pushes = [p.args[1] as string];
+    }
+    sent.push(op);
+    const joinable = key !== null && (READS.has(p.op) || op.incrs !== null || op.pushes !== null) ? op : null;
+    for (const k of p.keys) open.set(k, joinable);
+  }
+  return sent;
+}
+
+function sameArgs(a: readonly Arg[], b: readonly Arg[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
 /**
  * Coordination shared by a fleet through Redis. Every read-modify-write is one Lua function,
  * so concurrent instances never interleave inside one. The operations called in one turn of
@@ -256,6 +355,8 @@ export class RedisCoordination implements Coordination {
   private seq = 0;
   private pending: Pending[] = [];
   private flushScheduled = false;
+  /** Calls made, and operations sent for them after folding (coalesce). */
+  readonly stats = { calls: 0, sent: 0 };
 
   constructor(opts: RedisCoordinationOptions) {
     let client: Redis;
@@ -300,20 +401,27 @@ export class RedisCoordination implements Coordination {
   };
 
   private send(batch: Pending[]): void {
+    const sent = coalesce(batch);
+    this.stats.calls += batch.length;
+    this.stats.sent += sent.length;
     const keys: Arg[] = [];
     const argv: Arg[] = [];
-    for (const p of batch) {
+    for (const op of sent) {
+      const p = op.first;
       for (const k of p.keys) keys.push(k);
-      argv.push(p.op, p.keys.length, p.args.length);
-      for (const a of p.args) argv.push(a);
+      argv.push(p.op, p.keys.length, op.pushes ? op.pushes.length + 1 : p.args.length);
+      if (op.incrs) argv.push(op.by, p.args[1]!, p.args[2]!);
+      else if (op.pushes) argv.push(p.args[0]!, ...op.pushes);
+      else for (const a of p.args) argv.push(a);
     }
     const n = keys.length;
     for (const a of argv) keys.push(a);
     this.redis.lmcBatch(n, ...keys).then(
       (replies) => {
-        for (let i = 0; i < batch.length; i++) {
-          if (replies[2 * i] === 1) batch[i]!.resolve(replies[2 * i + 1]);
-          else batch[i]!.reject(new Error(String(replies[2 * i + 1] ?? 'coordination: no reply for an operation')));
+        for (let i = 0; i < sent.length; i++) {
+          const op = sent[i]!;
+          if (replies[2 * i] === 1) op.answer(replies[2 * i + 1]);
+          else op.fail(new Error(String(replies[2 * i + 1] ?? 'coordination: no reply for an operation')));
         }
       },
       (err: unknown) => {
@@ -362,7 +470,9 @@ export class RedisCoordination implements Coordination {
 
   async ringPush(key: string, value: string, size: number): Promise<string[]> {
     checkRingSize(size);
-    return JSON.parse(await this.call<string>('ringPush', [`${this.prefix}r:${key}`], [value, size])) as string[];
+    const [list, later] = await this.call<[string[], number]>('ringPush', [`${this.prefix}r:${key}`], [size, value]);
+    // The view after this push: without the values pushed after it in the same operation.
+    return list.slice(Math.max(0, list.length - later - size), list.length - later);
   }
 
   async ringRead(key: string): Promise<string[]> {
