@@ -1,8 +1,10 @@
 /**
  * Send provenance (table mta_send_provenance, migration 030): written before each SMTP
  * transaction so a bounce or complaint arriving any time later can be attributed, kept
- * 16 days. Rows are batched into one INSERT per few milliseconds: at thousands of sends per
- * second one round trip per message would cost more than the send.
+ * 16 days. Records made together share one INSERT (the shared Batcher, one INSERT in flight):
+ * at thousands of sends per second one round trip per message would cost more than the send.
+ * No timer: the write sits on the send's path, and a queue group sends one message at a time,
+ * so a wait here is lost throughput.
  */
 import { Batcher } from '../../shared/batch.js';
 import type { Clock } from '../../shared/clock.js';
@@ -21,72 +23,46 @@ export interface Provenance {
   sentAt: number;
 }
 
-interface Pending {
-  row: Provenance;
-  done: { resolve: () => void; reject: (err: Error) => void }[];
-}
-
 export class ProvenanceStore {
-  private pending = new Map<string, Pending>();
-  private timer: NodeJS.Timeout | undefined;
-  private flushing: Promise<void> = Promise.resolve();
+  private readonly writes: Batcher<Provenance, void>;
   private readonly lookups: Batcher<string, Provenance | null>;
 
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
   ) {
+    // One INSERT at a time: a later record of a message id is committed after an earlier one.
+    this.writes = new Batcher((rows) => this.insert(rows), { maxInFlight: 1, maxItems: DELIVERY.provenanceBatchMax });
     this.lookups = new Batcher((ids) => this.lookupMany(ids), { maxInFlight: DELIVERY.provenanceLookupsInFlight, maxItems: DELIVERY.provenanceBatchMax });
   }
 
   /** Resolves once the row is durable. A later record for the same message id replaces it. */
   record(row: Provenance): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const p = this.pending.get(row.messageId);
-      if (p) {
-        p.row = row;
-        p.done.push({ resolve, reject });
-      } else this.pending.set(row.messageId, { row, done: [{ resolve, reject }] });
-      if (this.pending.size >= DELIVERY.provenanceBatchMax) this.flushSoon(0);
-      else this.flushSoon(DELIVERY.provenanceFlushMs);
-    });
+    return this.writes.submit(row);
   }
 
-  private flushSoon(ms: number): void {
-    if (this.timer && ms > 0) return;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      this.flushing = this.flushing.then(() => this.flush());
-    }, ms);
-  }
-
-  private async flush(): Promise<void> {
-    if (this.pending.size === 0) return;
-    const batch = [...this.pending.values()];
-    this.pending = new Map();
-    const rows = batch.map((b) => b.row);
-    try {
-      await this.db.query(
-        `INSERT INTO mta_send_provenance (message_id, organization_id, campaign_id, recipient, domain, sent_at, ip)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[])
-         ON CONFLICT (message_id) DO UPDATE SET organization_id = EXCLUDED.organization_id,
-           campaign_id = EXCLUDED.campaign_id, recipient = EXCLUDED.recipient, domain = EXCLUDED.domain,
-           sent_at = EXCLUDED.sent_at, ip = EXCLUDED.ip`,
-        [
-          rows.map((r) => r.messageId),
-          rows.map((r) => r.organizationId),
-          rows.map((r) => r.campaignId),
-          rows.map((r) => r.recipient),
-          rows.map((r) => r.domain),
-          rows.map((r) => new Date(r.sentAt)),
-          rows.map((r) => r.ip),
-        ],
-      );
-      for (const b of batch) for (const d of b.done) d.resolve();
-    } catch (err) {
-      for (const b of batch) for (const d of b.done) d.reject(err as Error);
-    }
+  private async insert(batch: Provenance[]): Promise<void[]> {
+    // One INSERT may not touch a row twice: a message id recorded twice in a batch keeps its last.
+    const last = new Map<string, Provenance>();
+    for (const r of batch) last.set(r.messageId, r);
+    const rows = [...last.values()];
+    await this.db.query(
+      `INSERT INTO mta_send_provenance (message_id, organization_id, campaign_id, recipient, domain, sent_at, ip)
+       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[])
+       ON CONFLICT (message_id) DO UPDATE SET organization_id = EXCLUDED.organization_id,
+         campaign_id = EXCLUDED.campaign_id, recipient = EXCLUDED.recipient, domain = EXCLUDED.domain,
+         sent_at = EXCLUDED.sent_at, ip = EXCLUDED.ip`,
+      [
+        rows.map((r) => r.messageId),
+        rows.map((r) => r.organizationId),
+        rows.map((r) => r.campaignId),
+        rows.map((r) => r.recipient),
+        rows.map((r) => r.domain),
+        rows.map((r) => new Date(r.sentAt)),
+        rows.map((r) => r.ip),
+      ],
+    );
+    return new Array<void>(batch.length);
   }
 
   /**
@@ -137,11 +113,6 @@ export class ProvenanceStore {
 
   /** Writes what is pending. */
   async close(): Promise<void> {
-    if (this.timer) {
-      clearTimeout(this.timer);
-      this.timer = undefined;
-    }
-    this.flushing = this.flushing.then(() => this.flush());
-    await this.flushing;
+    await this.writes.drain();
   }
 }

@@ -41,8 +41,7 @@ export const DELIVERY = {
   /** spec: provenance kept 16 days; pruned this often. */
   provenanceRetentionMs: 16 * 24 * 3_600_000,
   provenancePruneIntervalMs: 3_600_000,
-  /** Provenance rows are written in batches: one INSERT per this many ms or rows. */
-  provenanceFlushMs: 5,
+  /** Provenance rows per INSERT (and ids per lookup) at most. */
   provenanceBatchMax: 500,
   /** Batched provenance lookups (bounce attribution) in flight at once. */
   provenanceLookupsInFlight: 2,
