@@ -209,6 +209,18 @@ describe('delivery to real SMTP peers', () => {
     expect(m2.clientHostname).toBe('mta2.sender.test');
   });
 
+  it('provenance: records made together share one write; a message id recorded twice keeps its last row', async () => {
+    const e = engine();
+    const row = (recipient: string, id = 'prov-dup') => ({ messageId: id, organizationId: 'org-p', campaignId: null, recipient, domain: 'dest.test', ip: null, sentAt: clock.now() });
+    // Same turn: one INSERT, which may not touch a row twice.
+    await Promise.all([e.provenance.record(row('first@dest.test')), e.provenance.record(row('other@dest.test', 'prov-other')), e.provenance.record(row('second@dest.test'))]);
+    expect(await e.provenance.lookup('prov-dup')).toMatchObject({ recipient: 'second@dest.test' });
+    expect(await e.provenance.lookup('prov-other')).toMatchObject({ recipient: 'other@dest.test' });
+    // A later record (a later attempt) replaces the row.
+    await e.provenance.record(row('third@dest.test'));
+    expect(await e.provenance.lookup('prov-dup')).toMatchObject({ recipient: 'third@dest.test' });
+  });
+
   it('signs with Ed25519 for a domain whose key is Ed25519 (dkimpy verifies)', async () => {
     const e = engine();
     const r = await e.deliver(msg('ed', { from: 'x@ed.sender.test', dkimDomain: 'ed.sender.test' }), ROUTE_A);
