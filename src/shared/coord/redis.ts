@@ -294,7 +294,7 @@ const READS = new Set(['hmget', 'counters', 'ringRead']);
  */
 function coalesce(batch: Pending[]): SentOp[] {
   const sent: SentOp[] = [];
-  // Per key: the op that a following read or incr of it may join (null: one may not).
+  // Per key: the op that a following read, incr or push of it may join (null: none may).
   const open = new Map<string, SentOp | null>();
   for (const p of batch) {
     const key = p.keys.length === 1 ? p.keys[0]! : null;
