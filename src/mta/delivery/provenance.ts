@@ -3,8 +3,7 @@
  * transaction so a bounce or complaint arriving any time later can be attributed, kept
  * 16 days. Records made together share one INSERT (the shared Batcher, one INSERT in flight):
  * at thousands of sends per second one round trip per message would cost more than the send.
- * No timer: the write sits on the send's path, and a queue group sends one message at a time,
- * so a wait here is lost throughput.
+ * No timer: the write sits on the send's path (a queue group sends one message at a time).
  */
 import { Batcher } from '../../shared/batch.js';
 import type { Clock } from '../../shared/clock.js';
