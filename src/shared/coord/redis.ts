@@ -120,8 +120,8 @@ OPS.setCounter = function(k, a, nk, na)
   return 1
 end
 -- The list as JSON text: one string for the client to parse instead of one reply per value.
-local function listJson(key)
-  local l = redis.call('LRANGE', key, 0, -1)
+local function listJson(key, from)
+  local l = redis.call('LRANGE', key, from or 0, -1)
   if #l == 0 then return '[]' end
   return cjson.encode(l)
 end
@@ -130,10 +130,9 @@ end
 OPS.ringPush = function(k, a, nk, na)
   local size, n = tonumber(ARGV[a + 1]), na - 1
   redis.call('RPUSH', KEYS[k], unpack(ARGV, a + 2, a + na))
-  local l = redis.call('LRANGE', KEYS[k], -(size + n - 1), -1)
+  local json = listJson(KEYS[k], -(size + n - 1))
   redis.call('LTRIM', KEYS[k], -size, -1)
-  if #l == 0 then return '[]' end
-  return cjson.encode(l)
+  return json
 end
 OPS.ringRead = function(k, a, nk, na) return listJson(KEYS[k]) end
 OPS.del = function(k, a, nk, na) return redis.call('UNLINK', KEYS[k]) end
