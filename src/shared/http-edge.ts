@@ -3,11 +3,13 @@
  * decode or a path parameter over the router's limit (Fastify's `frameworkErrors`), and
  * requests Node's parser refuses or times out (`clientError`: 400, 408, 431), written
  * straight to the socket. A route may register a fixed answer for its path prefix (the open
- * pixel: a mail client always gets the GIF), used for these errors too.
+ * pixel: a mail client always gets the GIF), used for these errors too. Also the route deadline
+ * (HTTP_REQUEST_TIMEOUT_MS) and the per-client connection cap.
  */
 import type { Server } from 'node:http';
 import type { Socket } from 'node:net';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { systemClock, type Clock } from './clock.js';
 import { EDGE_POLICY } from './edge-policy.js';
 import { envelope } from './errors.js';
 import type { Logger } from './log.js';
@@ -147,4 +149,71 @@ export function limitConnections(server: Server, max: number, log: Logger): void
       else open.delete(key);
     });
   });
+}
+
+/**
+ * HTTP_REQUEST_TIMEOUT_MS: a route that has not started its answer within `ms` of being matched
+ * gets a 503 in the envelope. Fastify's own `handlerTimeout` (5.12) is not used: it cancels
+ * its timer when IncomingMessage emits 'close', which happens as soon as a body has been read,
+ * so no request with a body was ever bounded (fastify/fastify#6725); and it built an
+ * AbortController, a timer and a DOMException for every request. Here every request shares
+ * one deadline, so the open ones are in deadline order and one sweep per `checkMs` stops at the
+ * first that is still in time.
+ */
+export class RouteDeadlines {
+  /** Open requests by reply, in the order they were matched, with the time they were. */
+  private readonly open = new Map<FastifyReply, number>();
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(
+    private readonly ms: number,
+    checkMs: number,
+    private readonly clock: Clock = systemClock,
+  ) {
+    this.timer = setInterval(() => this.sweep(), checkMs).unref();
+  }
+
+  /** Requests matched and not yet answered (tests). */
+  get size(): number {
+    return this.open.size;
+  }
+
+  start(reply: FastifyReply): void {
+    this.open.set(reply, this.clock.now());
+  }
+
+  end(reply: FastifyReply): void {
+    this.open.delete(reply);
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+    this.open.clear();
+  }
+
+  private sweep(): void {
+    const now = this.clock.now();
+    for (const [reply, at] of this.open) {
+      if (now - at < this.ms) return;
+      this.open.delete(reply);
+      // An answer already under way (a stream) is bounded by the socket's own timeouts; a
+      // client that left gets nothing.
+      if (reply.sent || reply.raw.headersSent || reply.raw.destroyed) continue;
+      reply.code(503).send(envelope('unavailable', 'The request took too long to answer', 'request_timeout'));
+    }
+  }
+
+  /** Wires the deadline into `app`: matched in onRequest by the caller, ended on the response. */
+  static install(app: FastifyInstance<any, any, any, any, any>, ms: number, clock?: Clock): RouteDeadlines {
+    const d = new RouteDeadlines(ms, Math.max(10, Math.min(EDGE_POLICY.deadlineCheckMs, Math.ceil(ms / 4))), clock);
+    app.addHook('onResponse', (_req, reply, done) => {
+      d.end(reply);
+      done();
+    });
+    app.addHook('onClose', (_app, done) => {
+      d.stop();
+      done();
+    });
+    return d;
+  }
 }

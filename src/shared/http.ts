@@ -5,7 +5,8 @@ import { Ajv, type Options as AjvOptions, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { AppError, badInput, CATEGORY_STATUS, envelope, type ErrorCategory } from './errors.js';
 import { EDGE_POLICY } from './edge-policy.js';
-import { clientErrorHandler, frameworkErrors, limitConnections, refusedSockets } from './http-edge.js';
+import { clientErrorHandler, frameworkErrors, limitConnections, refusedSockets, RouteDeadlines } from './http-edge.js';
+import type { Clock } from './clock.js';
 import { SPEC, type Config } from './config.js';
 import { findInputFault, findRequestFault, wasChecked, type InputFault } from './input.js';
 import type { Logger } from './log.js';
@@ -54,12 +55,16 @@ export function edgeLimits(config: Partial<EdgeConfig> = {}): EdgeLimits {
   };
 }
 
+const deadlinesOf = new WeakMap<object, RouteDeadlines>();
+/** The route deadlines of an app from createHttpApp (tests read how many requests are open). */
+export const routeDeadlinesOf = (app: object): RouteDeadlines | undefined => deadlinesOf.get(app);
+
 /**
  * A Fastify instance with the house rules: TypeBox schemas that reject unknown fields
  * (no silent stripping), the error envelope on every failure, no stack traces on the wire,
  * and the edge: the input policy, deadlines and the per-client connection cap.
  */
-export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProxy?: boolean | number | string | readonly string[]; limits?: EdgeLimits }): HttpApp {
+export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProxy?: boolean | number | string | readonly string[]; limits?: EdgeLimits; clock?: Clock }): HttpApp {
   const limits = opts.limits ?? edgeLimits();
   // Node requires the header deadline within the request's; both are checked every interval.
   const headersTimeout = Math.min(limits.headersTimeoutMs, limits.bodyTimeoutMs);
@@ -70,7 +75,6 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
       connectionsCheckingInterval: Math.max(10, Math.min(EDGE_POLICY.deadlineCheckMs, Math.ceil(headersTimeout / 4))),
     },
     requestTimeout: limits.bodyTimeoutMs,
-    handlerTimeout: limits.requestTimeoutMs,
     keepAliveTimeout: limits.keepAliveTimeoutMs,
     loggerInstance: opts.log,
     logController: new LogController({ disableRequestLogging: true }),
@@ -86,6 +90,8 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   limitConnections(app.server, limits.maxConnectionsPerClient, opts.log);
+  const deadlines = RouteDeadlines.install(app, limits.requestTimeoutMs, opts.clock);
+  deadlinesOf.set(app, deadlines);
 
   app.setValidatorCompiler(({ schema, httpPart }) => {
     if (httpPart === 'body') return BODY_AJV.compile(schema) as any;
@@ -100,6 +106,7 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
       reply.hijack();
       return done();
     }
+    deadlines.start(reply);
     const fault = findRequestFault(req);
     done(fault ? inputError(fault) : undefined);
   });
@@ -197,9 +204,6 @@ export function errorHandler(err: FastifyError | AppError, req: FastifyRequest, 
       return;
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       reply.code(400).send(envelope('invalid_input', 'Request body is empty but Content-Type is application/json', 'invalid_json'));
-      return;
-    case 'FST_ERR_HANDLER_TIMEOUT':
-      reply.code(503).send(envelope('unavailable', 'The request took too long to answer', 'request_timeout'));
       return;
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       reply.code(400).send(envelope('invalid_input', 'Request body is not valid JSON', 'invalid_json'));

@@ -6,7 +6,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PIXEL_GIF } from '../../src/backend/public/tracking.js';
-import { createHttpApp, boundPort } from '../../src/shared/http.js';
+import { ManualClock } from '../../src/shared/clock.js';
+import { createHttpApp, boundPort, edgeLimits, routeDeadlinesOf } from '../../src/shared/http.js';
 import { silentLogger } from '../../src/shared/log.js';
 import { envelopeOf, rawRequest, startProduct, type Product } from './helpers.js';
 
@@ -77,5 +78,73 @@ describe('a header Node refuses fails the answer, not the envelope (finding 4)',
     } finally {
       await app.close();
     }
+  });
+});
+
+describe('HTTP_REQUEST_TIMEOUT_MS: a route that has not answered in time gets a 503', () => {
+  // Fastify's handlerTimeout, used before, cancelled its timer once a body had been read: a
+  // POST was never bounded (fastify/fastify#6725). Time is a ManualClock; the sweep is real.
+  const TIMEOUT = 200;
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  async function withApp(run: (base: string, clock: ManualClock, release: () => void, app: ReturnType<typeof createHttpApp>) => Promise<void>) {
+    const clock = new ManualClock();
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const app = createHttpApp({ log: silentLogger, limits: { ...edgeLimits(), requestTimeoutMs: TIMEOUT }, clock });
+    app.post('/slow', async () => {
+      await held;
+      return { late: true };
+    });
+    app.get('/slow', async () => {
+      await held;
+      return { late: true };
+    });
+    app.post('/fast', async (req) => ({ echo: req.body }));
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      await run(`http://127.0.0.1:${boundPort(app)}`, clock, release, app);
+    } finally {
+      release();
+      await app.close();
+    }
+  }
+  const expect503 = async (r: Response) => {
+    expect(r.status).toBe(503);
+    expect(await r.json()).toEqual({ error: { category: 'unavailable', message: 'The request took too long to answer', data: { reason: 'request_timeout' } } });
+  };
+
+  for (const method of ['POST', 'GET'] as const) {
+    it(`${method} with${method === 'POST' ? '' : 'out'} a body: held until the deadline passes, then the 503`, async () => {
+      await withApp(async (base, clock) => {
+        let settled = false;
+        const pending = fetch(`${base}/slow`, method === 'POST' ? { method, headers: { 'content-type': 'application/json' }, body: '{"a":1}' } : {});
+        void pending.then(() => (settled = true));
+        await sleep(TIMEOUT); // several sweeps, the clock not yet at the deadline
+        expect(settled).toBe(false);
+        clock.advance(TIMEOUT);
+        await expect503(await pending);
+      });
+    });
+  }
+
+  it('answered requests leave the sweep at once; the late answer of a timed-out one is dropped', async () => {
+    await withApp(async (base, clock, release, app) => {
+      const d = routeDeadlinesOf(app)!;
+      for (let i = 0; i < 20; i++) {
+        const r = await fetch(`${base}/fast`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ i }) });
+        expect(await r.json()).toEqual({ echo: { i } });
+      }
+      expect(d.size).toBe(0);
+      const pending = fetch(`${base}/slow`);
+      await sleep(20);
+      expect(d.size).toBe(1);
+      clock.advance(TIMEOUT);
+      await expect503(await pending);
+      expect(d.size).toBe(0);
+      release();
+      await sleep(20);
+      const after = await fetch(`${base}/fast`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"ok":true}' });
+      expect(await after.json()).toEqual({ echo: { ok: true } });
+    });
   });
 });

@@ -118,6 +118,13 @@ describe('crypto helpers', () => {
     expect(new Set(randomString(5000, 'abc')).size).toBe(3);
   });
 
+  it('ids of one millisecond differ across refills of the entropy cache (400 ids per refill)', () => {
+    const tails = Array.from({ length: 2_000 }, () => newId('ev', 1_700_000_000_000).slice(13));
+    expect(new Set(tails).size).toBe(2_000);
+    // Random, not a counter: each of the 16 base32 positions takes many values.
+    for (let i = 0; i < 16; i++) expect(new Set(tails.map((t) => t[i])).size).toBeGreaterThan(24);
+  });
+
   it('an id with a given tail is that tail in base32: campaign send ids keep the encoding they were written with', () => {
     // Expected values computed by the fan-out's own encoder before it moved here: a campaign
     // half sent across the upgrade must get the same ids for the rest of its attempts.
