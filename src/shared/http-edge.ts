@@ -158,7 +158,8 @@ export function limitConnections(server: Server, max: number, log: Logger): void
  * so no request with a body was ever bounded (fastify/fastify#6725); and it built an
  * AbortController, a timer and a DOMException for every request. Here every request shares
  * one deadline, so the open ones are in deadline order and one sweep per `checkMs` stops at the
- * first that is still in time.
+ * first that is still in time. An entry ends with its response's 'close', which comes also
+ * when the client leaves first (Fastify's onResponse does not).
  */
 export class RouteDeadlines {
   /** Open requests by reply, in the order they were matched, with the time they were. */
@@ -178,12 +179,10 @@ export class RouteDeadlines {
     return this.open.size;
   }
 
+  /** From the onRequest hook; the response's 'close' (sent, or the client gone) ends it. */
   start(reply: FastifyReply): void {
     this.open.set(reply, this.clock.now());
-  }
-
-  end(reply: FastifyReply): void {
-    this.open.delete(reply);
+    reply.raw.on('close', () => this.open.delete(reply));
   }
 
   stop(): void {
@@ -203,13 +202,9 @@ export class RouteDeadlines {
     }
   }
 
-  /** Wires the deadline into `app`: matched in onRequest by the caller, ended on the response. */
+  /** Wires the deadline into `app`; the caller's onRequest hook starts each request's. */
   static install(app: FastifyInstance<any, any, any, any, any>, ms: number, clock?: Clock): RouteDeadlines {
     const d = new RouteDeadlines(ms, Math.max(10, Math.min(EDGE_POLICY.deadlineCheckMs, Math.ceil(ms / 4))), clock);
-    app.addHook('onResponse', (_req, reply, done) => {
-      d.end(reply);
-      done();
-    });
     app.addHook('onClose', (_app, done) => {
       d.stop();
       done();

@@ -4,6 +4,7 @@
  * headers over 16 KB (431), a NUL in a header (400), the header timeout (408) — and the open
  * pixel answers all of them with its GIF.
  */
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PIXEL_GIF } from '../../src/backend/public/tracking.js';
 import { ManualClock } from '../../src/shared/clock.js';
@@ -145,6 +146,21 @@ describe('HTTP_REQUEST_TIMEOUT_MS: a route that has not answered in time gets a 
       await sleep(20);
       const after = await fetch(`${base}/fast`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"ok":true}' });
       expect(await after.json()).toEqual({ echo: { ok: true } });
+    });
+  });
+
+  it('a client that leaves before the answer leaves the sweep at once (its body is not held to the deadline)', async () => {
+    await withApp(async (base, _clock, _release, app) => {
+      const d = routeDeadlinesOf(app)!;
+      const { port } = new URL(base);
+      const socket = connect(Number(port), '127.0.0.1');
+      await new Promise((r) => socket.once('connect', r));
+      socket.write('POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{"a":1}');
+      for (let i = 0; i < 100 && d.size === 0; i++) await sleep(5);
+      expect(d.size).toBe(1);
+      socket.destroy();
+      for (let i = 0; i < 100 && d.size > 0; i++) await sleep(5);
+      expect(d.size).toBe(0);
     });
   });
 });
