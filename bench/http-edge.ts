@@ -5,7 +5,7 @@
  * shape of `POST /send`, and a GET. Printed: requests/s, the server's CPU per request, and the
  * ratio to bare Fastify measured in the same run. BENCH_OLD_ROOT (a built checkout of an older
  * commit) adds its `createHttpApp` and prints new/old. BENCH_SECONDS (8), BENCH_ROUNDS (3),
- * BENCH_CONNECTIONS (50).
+ * BENCH_CONNECTIONS (50). Our variants log as the product does (info, with redaction) to /dev/null.
  */
 import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -29,8 +29,10 @@ async function serve(variant: string, port: number): Promise<void> {
   } else {
     const root = variant === 'new' ? resolve(import.meta.dirname, '..') : variant;
     const { createHttpApp } = await import(join(root, 'dist/shared/http.js'));
-    const { silentLogger } = await import(join(root, 'dist/shared/log.js'));
-    app = createHttpApp({ log: silentLogger });
+    // The product's logger as `npm start` makes it (info, redaction), writing to /dev/null.
+    const { createLogger } = await import(join(root, 'dist/shared/log.js'));
+    const { pino } = await import('pino');
+    app = createHttpApp({ log: createLogger({ destination: pino.destination({ dest: '/dev/null', sync: true }) }) });
   }
   app.post('/send', async (req: { body: { n: number } }) => ({ id: 'msg_1', n: req.body.n }));
   app.get('/health', async () => ({ ok: true }));

@@ -78,6 +78,7 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
     keepAliveTimeout: limits.keepAliveTimeoutMs,
     loggerInstance: opts.log,
     logController: new LogController({ disableRequestLogging: true }),
+    childLoggerFactory: lazyRequestLogger as any,
     bodyLimit: opts.bodyLimit ?? 1024 * 1024,
     // A hop count is "trust the nearest N proxies" (the typings omit the number form).
     trustProxy: typeof opts.trustProxy === 'number' ? hopCount(opts.trustProxy) : typeof opts.trustProxy === 'object' ? [...opts.trustProxy] : (opts.trustProxy ?? false),
@@ -118,6 +119,43 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
     reply.code(404).send(envelope('not_found', `Route not found: ${req.method} ${req.url.split('?')[0]}`));
   });
   return app;
+}
+
+const LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
+
+/**
+ * Fastify's per-request logger (`req.log`), made the first time a request logs at an enabled
+ * level. pino's child() runs the reqId binding through redaction: ~10 µs on every request, 0.8 %
+ * of the MTA's event loop at 5 KB, for a logger that almost no request uses.
+ */
+class LazyRequestLogger {
+  private made: Logger | undefined;
+  constructor(
+    private readonly parent: Logger,
+    private readonly bindings: Record<string, unknown>,
+    private readonly opts: object,
+  ) {}
+  get real(): Logger {
+    return (this.made ??= this.parent.child(this.bindings, this.opts));
+  }
+  get level(): string {
+    return this.made?.level ?? this.parent.level;
+  }
+  child(bindings: Record<string, unknown>, opts?: object): Logger {
+    return this.real.child(bindings, opts);
+  }
+  silent(): void {}
+}
+for (const level of LEVELS) {
+  (LazyRequestLogger.prototype as any)[level] = function (this: LazyRequestLogger, ...args: unknown[]) {
+    if (this.level !== 'silent' && (this as any).parent.isLevelEnabled(level)) (this.real[level] as (...a: unknown[]) => void)(...args);
+  };
+}
+
+function lazyRequestLogger(parent: Logger, bindings: Record<string, unknown>, opts: { level?: string }): Logger {
+  // A route's own log level changes what is enabled: made at once, as Fastify would.
+  if (opts.level !== undefined) return parent.child(bindings, opts);
+  return new LazyRequestLogger(parent, bindings, opts) as unknown as Logger;
 }
 
 type TSchemaLike = { type?: unknown; properties?: Record<string, TSchemaLike>; anyOf?: TSchemaLike[] };

@@ -1,6 +1,7 @@
 /** The one address grammar and header-name rule (src/shared/mail/), used by every door. */
 import { describe, expect, it } from 'vitest';
-import { domainOf, formatMailbox, normalizeAddress, parseMailbox } from '../../src/shared/mail/address.js';
+import { domainToASCII } from 'node:url';
+import { asciiDomain, domainOf, formatMailbox, normalizeAddress, parseMailbox } from '../../src/shared/mail/address.js';
 import { isHeaderName } from '../../src/shared/mail/headers.js';
 
 describe('address grammar', () => {
@@ -40,6 +41,20 @@ describe('address grammar', () => {
     expect(domainOf('Shop <Sales@Sender.Example>')).toBe('sender.example');
     expect(domainOf('sales@Bücher.example')).toBe('xn--bcher-kva.example');
     expect(domainOf('no address')).toBe('');
+  });
+});
+
+describe('A-label domains (remembered answers)', () => {
+  it('answers as domainToASCII of the lower-cased input, the first time and every time after, past the bound', () => {
+    const inputs = ['Example.COM', 'bücher.DE', 'xn--bcher-kva.de', 'xn--zz.com', '0x7f.1', 'a..b', 'MÜNCHEN.de', 'münchen.de'];
+    const expected = inputs.map((d) => domainToASCII(d.toLowerCase()));
+    expect(expected).toEqual(['example.com', 'xn--bcher-kva.de', 'xn--bcher-kva.de', '', '127.0.0.1', 'a..b', 'xn--mnchen-3ya.de', 'xn--mnchen-3ya.de']);
+    for (let round = 0; round < 3; round++) {
+      expect(inputs.map(asciiDomain)).toEqual(expected);
+      // More distinct domains than the memo holds: it is emptied and refilled, never wrong.
+      for (let i = 0; i < 6_000; i++) expect(asciiDomain(`Host${round}-${i}.Example.org`)).toBe(`host${round}-${i}.example.org`);
+    }
+    expect(normalizeAddress('Ann@Bücher.DE')).toBe('Ann@xn--bcher-kva.de');
   });
 });
 

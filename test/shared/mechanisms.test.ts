@@ -169,6 +169,54 @@ describe('logging', () => {
     for (const leaked of ['lm_live_abc', 'whsec_x', 'Bearer t']) expect(out).not.toContain(leaked);
     expect(out).toContain('[redacted]');
   });
+
+  it("a request's logger is made when it first logs at an enabled level, with the request id and redaction", async () => {
+    let out = '';
+    const sink = new Writable({ write: (chunk, _enc, cb) => ((out += chunk), cb()) });
+    const log = createLogger({ level: 'info', destination: sink });
+    // Counts pino's child() calls (the cost the lazy logger saves), calling through.
+    let children = 0;
+    const child = log.child.bind(log);
+    log.child = ((...a: Parameters<typeof log.child>) => (children++, child(...a))) as typeof log.child;
+    const app = createHttpApp({ log });
+    app.get('/quiet', async (req) => {
+      req.log.debug('below the level');
+      return { data: 1 };
+    });
+    app.get('/loud', async (req) => {
+      req.log.info({ token: 'tok_secret' }, 'handled');
+      req.log.warn('twice');
+      return { data: 2 };
+    });
+    app.get('/crash', async () => {
+      throw new Error('boom');
+    });
+    try {
+      await app.ready();
+      children = 0; // Fastify's own, at start
+      for (let i = 0; i < 3; i++) expect((await app.inject('/quiet')).statusCode).toBe(200);
+      expect(children).toBe(0);
+      expect(out).toBe('');
+
+      expect((await app.inject('/loud')).statusCode).toBe(200);
+      expect(children).toBe(1);
+      const lines = out.trim().split('\n').map((l) => JSON.parse(l));
+      expect(lines.map((l) => l.msg)).toEqual(['handled', 'twice']);
+      expect(lines[0].reqId).toBeTruthy();
+      expect(lines[1].reqId).toBe(lines[0].reqId);
+      expect(lines[0].token).toBe('[redacted]');
+
+      // The error handler's log of a 500 goes through the request's logger too.
+      out = '';
+      expect((await app.inject('/crash')).statusCode).toBe(500);
+      expect(children).toBe(2);
+      const crash = JSON.parse(out.trim().split('\n')[0]!);
+      expect(crash.reqId).toBeTruthy();
+      expect(crash.reqId).not.toBe(lines[0].reqId);
+    } finally {
+      await app.close();
+    }
+  });
 });
 
 describe('logging of configuration', () => {

@@ -3,7 +3,7 @@
  * of the state change that causes it. A row is pending until a relay's post is answered 2xx
  * (then it is deleted), or dead after its last attempt (the `/dlq` routes read those).
  */
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { toIso, type Clock } from '../../shared/clock.js';
 import { newId } from '../../shared/crypto.js';
 import { tx, type Db } from '../../shared/db/pool.js';
@@ -59,17 +59,17 @@ export function outboxMailbox(delivery: MtaMailboxDelivery): OutboxEvent {
  * keep two MTA databases with the same job numbers apart.
  */
 export function resultEventId(organizationId: string, messageId: string, jobId: string): string {
-  return `mevt_r${createHash('sha256').update(`${organizationId}\0${messageId}\0${jobId}`).digest('base64url').slice(0, 24)}`;
+  return `mevt_r${hash('sha256', `${organizationId}\0${messageId}\0${jobId}`, 'base64url').slice(0, 24)}`;
 }
 
 /** The id of the event or delivery a received message causes: the same when the sender sends it again. */
 export function inboundEventId(prefix: 'i' | 'm', ...parts: string[]): string {
-  return `mevt_${prefix}${createHash('sha256').update(parts.join('\0')).digest('base64url').slice(0, 24)}`;
+  return `mevt_${prefix}${hash('sha256', parts.join('\0'), 'base64url').slice(0, 24)}`;
 }
 
 /** The id of the event a received bounce or feedback report causes: the same for a replay of it. */
 export function reportEventId(dedupeKey: string): string {
-  return `mevt_f${createHash('sha256').update(dedupeKey).digest('base64url').slice(0, 24)}`;
+  return `mevt_f${hash('sha256', dedupeKey, 'base64url').slice(0, 24)}`;
 }
 
 /** `reportEventId` in SQL, of a text expression (the report statement builds the key from the provenance it reads). */

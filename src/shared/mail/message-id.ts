@@ -3,14 +3,14 @@
  * (src/mta/delivery/mime.ts), the backend records it at hand-over so a reply's
  * In-Reply-To/References find the send (src/backend/feedback/pipeline.ts).
  */
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 
 /**
  * A Message-ID that is the same for every attempt of one job, so a message delivered twice
  * (a crash between the remote's 250 and our bookkeeping) carries one id receivers can dedupe.
  */
 export function stableMessageId(organizationId: string, messageId: string, domain: string): string {
-  const h = createHash('sha256').update(`${organizationId}\0${messageId}`).digest('base64url').slice(0, 26);
+  const h = hash('sha256', `${organizationId}\0${messageId}`, 'base64url').slice(0, 26);
   return `<${h}@${domain.toLowerCase()}>`;
 }
 
