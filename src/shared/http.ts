@@ -132,14 +132,20 @@ class LazyRequestLogger {
   private made: Logger | undefined;
   constructor(
     private readonly parent: Logger,
-    private readonly bindings: Record<string, unknown>,
+    private readonly bindings_: Record<string, unknown>,
     private readonly opts: object,
   ) {}
   get real(): Logger {
-    return (this.made ??= this.parent.child(this.bindings, this.opts));
+    return (this.made ??= this.parent.child(this.bindings_, this.opts));
   }
   get level(): string {
     return this.made?.level ?? this.parent.level;
+  }
+  isLevelEnabled(level: string): boolean {
+    return (this.made ?? this.parent).isLevelEnabled(level);
+  }
+  bindings(): Record<string, unknown> {
+    return this.made?.bindings() ?? { ...this.parent.bindings(), ...this.bindings_ };
   }
   child(bindings: Record<string, unknown>, opts?: object): Logger {
     return this.real.child(bindings, opts);
@@ -148,7 +154,7 @@ class LazyRequestLogger {
 }
 for (const level of LEVELS) {
   (LazyRequestLogger.prototype as any)[level] = function (this: LazyRequestLogger, ...args: unknown[]) {
-    if (this.level !== 'silent' && (this as any).parent.isLevelEnabled(level)) (this.real[level] as (...a: unknown[]) => void)(...args);
+    if (this.isLevelEnabled(level)) (this.real[level] as (...a: unknown[]) => void)(...args);
   };
 }
 
