@@ -113,7 +113,6 @@ export async function postAll(client: ReturnType<typeof jsonClient>, n: number, 
   );
 }
 
-/** Messages sent (and delivered) before each end-to-end measurement. */
 /**
  * Messages every system relays before its clock starts (ours and the peers alike). 6,000: perf
  * over a 45,000-message run (session 14) showed TurboFan still compiling for 15 s after the
@@ -214,7 +213,7 @@ export async function runEndToEnd(o: {
     }
     const bodies = Array.from({ length: 8 }, (_, i) => o.html(o.bytes, i));
     // Warm-up, not measured: a long-running MTA has its hot paths compiled by V8's optimizing
-    // compiler; a cold process spends its first ~10,000 messages compiling (WARMUP).
+    // compiler; a cold process compiles most in its first ~10 s and some until ~25,000 messages.
     const warm = Math.min(WARMUP, o.n);
     const warmCount = o.sinkCount();
     await postAll(client, warm, benchJobJson({ tag: `e2e-warm-${o.bytes}-${Date.now()}`, domains: o.domains, bodies }));
