@@ -39,6 +39,10 @@ export interface SlowClientResult {
   /** ms after opening: the status line arrived, the server closed the connection. */
   answeredAfter: number | null;
   status: number | null;
+  /** The first answer's headers (lower-case names), once its header block has arrived. */
+  headers: Record<string, string> | null;
+  /** Status lines received: more than one is an answer nobody asked for. */
+  answers: number;
   closedAfter: number | null;
   bytesSent: number;
   error?: string;
@@ -63,7 +67,7 @@ function one(t: SlowTarget, localAddress: string, chunk: Buffer, interval: numbe
   const u = new URL(t.base);
   return new Promise((resolve) => {
     const openedAt = performance.now();
-    const r: SlowClientResult = { target: `${t.method} ${t.path}`, localAddress, openedAt, answeredAfter: null, status: null, closedAfter: null, bytesSent: 0 };
+    const r: SlowClientResult = { target: `${t.method} ${t.path}`, localAddress, openedAt, answeredAfter: null, status: null, headers: null, answers: 0, closedAfter: null, bytesSent: 0 };
     const socket = net.connect({ host: u.hostname, port: Number(u.port), localAddress });
     let ticker: NodeJS.Timeout | undefined;
     let head = '';
@@ -78,12 +82,21 @@ function one(t: SlowTarget, localAddress: string, chunk: Buffer, interval: numbe
       }, interval);
     });
     socket.on('data', (d) => {
-      if (r.status !== null) return;
-      head += d.toString('latin1');
+      const text = d.toString('latin1');
+      // The answers' bodies are JSON: a status line can only start an answer.
+      r.answers += text.match(/HTTP\/1\.1 \d{3} /g)?.length ?? 0;
+      if (r.headers !== null) return;
+      head += text;
       const m = /^HTTP\/1\.1 (\d{3})/.exec(head);
-      if (m) {
+      if (m && r.status === null) {
         r.status = Number(m[1]);
         r.answeredAfter = performance.now() - openedAt;
+      }
+      const end = head.indexOf('\r\n\r\n');
+      if (m && end >= 0) {
+        r.headers = Object.fromEntries(
+          head.slice(0, end).split('\r\n').slice(1).map((l) => [l.slice(0, l.indexOf(':')).trim().toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]),
+        );
       }
     });
     socket.on('error', (err) => {

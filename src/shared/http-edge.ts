@@ -100,6 +100,17 @@ export function clientErrorHandler(this: { server: object; log: { trace(o: objec
   setTimeout(() => socket.destroy(), EDGE_POLICY.closeGraceMs).unref();
 }
 
+/**
+ * An answer given before the request's body has arrived (refused by a hook, over a limit, past
+ * the deadline) closes the connection. Kept alive, Node reads and discards the rest of the
+ * body first: a client trickling it held the connection until the body deadline, and then got
+ * a second, unsolicited 408 on it. A body already received (the usual error) keeps the
+ * connection for the next request.
+ */
+export function closeIfBodyPending(req: FastifyRequest, reply: FastifyReply): void {
+  if (!req.raw.complete && !reply.raw.headersSent) reply.header('connection', 'close');
+}
+
 /** The per-client key: the address; an IPv6 client is its /64 (one host has all of it). */
 export function clientKey(address: string | undefined): string {
   if (!address) return '';
@@ -198,6 +209,7 @@ export class RouteDeadlines {
       // An answer already under way (a stream) is bounded by the socket's own timeouts; a
       // client that left gets nothing.
       if (reply.sent || reply.raw.headersSent || reply.raw.destroyed) continue;
+      closeIfBodyPending(reply.request, reply);
       reply.code(503).send(envelope('unavailable', 'The request took too long to answer', 'request_timeout'));
     }
   }

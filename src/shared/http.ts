@@ -5,7 +5,7 @@ import { Ajv, type Options as AjvOptions, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { AppError, badInput, CATEGORY_STATUS, envelope, type ErrorCategory } from './errors.js';
 import { EDGE_POLICY } from './edge-policy.js';
-import { clientErrorHandler, frameworkErrors, limitConnections, refusedSockets, RouteDeadlines } from './http-edge.js';
+import { clientErrorHandler, closeIfBodyPending, frameworkErrors, limitConnections, refusedSockets, RouteDeadlines } from './http-edge.js';
 import type { Clock } from './clock.js';
 import { SPEC, type Config } from './config.js';
 import { findInputFault, findRequestFault, wasChecked, type InputFault } from './input.js';
@@ -228,6 +228,7 @@ export function errorHandler(err: FastifyError | AppError, req: FastifyRequest, 
   // error below still goes out in the envelope instead of Fastify's fallback.
   const code = (err as { code?: string }).code;
   if (code === 'ERR_INVALID_CHAR' || code === 'ERR_HTTP_INVALID_HEADER_VALUE') dropInvalidHeaders(reply);
+  closeIfBodyPending(req, reply);
   if (err instanceof AppError) {
     reply.code(err.status).headers(err.headers).send(err.toEnvelope());
     return;

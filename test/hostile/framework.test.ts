@@ -149,6 +149,35 @@ describe('HTTP_REQUEST_TIMEOUT_MS: a route that has not answered in time gets a 
     });
   });
 
+  it('the deadline passing while the body still arrives: the 503 closes the connection; after a whole body it stays open', async () => {
+    await withApp(async (base, clock, _release, app) => {
+      const d = routeDeadlinesOf(app)!;
+      const { port } = new URL(base);
+      const open = async (request: string) => {
+        const socket = connect(Number(port), '127.0.0.1');
+        await new Promise((r) => socket.once('connect', r));
+        let text = '';
+        let closed = false;
+        socket.on('data', (b) => (text += b.toString('latin1')));
+        socket.on('close', () => (closed = true));
+        socket.write(request);
+        return { socket, text: () => text, closed: () => closed };
+      };
+      // 7 of 1,000 announced bytes: the route has not run, the body is still due.
+      const partial = await open('POST /fast HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"a":1,');
+      const whole = await open('POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{"a":1}');
+      for (let i = 0; i < 100 && d.size < 2; i++) await sleep(5);
+      expect(d.size).toBe(2);
+      clock.advance(TIMEOUT);
+      for (let i = 0; i < 200 && !(partial.closed() && whole.text().includes('\r\n\r\n{')); i++) await sleep(5);
+      expect(partial.text()).toMatch(/^HTTP\/1\.1 503 [^]*\r\nconnection: close\r\n/i);
+      expect(partial.closed()).toBe(true);
+      expect(whole.text()).toMatch(/^HTTP\/1\.1 503 [^]*\r\nconnection: keep-alive\r\n/i);
+      expect(whole.closed()).toBe(false);
+      whole.socket.destroy();
+    });
+  });
+
   it('a client that leaves before the answer leaves the sweep at once (its body is not held to the deadline)', async () => {
     await withApp(async (base, _clock, _release, app) => {
       const d = routeDeadlinesOf(app)!;

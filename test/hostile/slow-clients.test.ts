@@ -112,6 +112,15 @@ describe('finding 1: slow clients', () => {
     const lag = Math.max(0, ...latencies);
     const late = results.filter((r) => r.closedAfter === null || r.closedAfter > CLOSED_WITHIN_MS + 250 + lag || r.error);
     expect(late.slice(0, 5), `${JSON.stringify(summary)}; health max ${lag.toFixed(0)} ms`).toEqual([]);
+    // Refused before the body (no key or signature: 401; the budget: 503): closed with the
+    // answer, not held while the rest of the body trickles in until the deadline, and never
+    // answered twice (kept alive, the deadline's 408 followed the 503 on the same connection).
+    const refused = results.filter((r) => r.status === 401 || r.status === 503);
+    const held = refused.filter((r) => r.headers?.connection !== 'close' || r.closedAfter! - r.answeredAfter! > 1_000 + lag);
+    expect(held.slice(0, 5), `health max ${lag.toFixed(0)} ms`).toEqual([]);
+    expect(results.filter((r) => r.answers !== 1).slice(0, 5)).toEqual([]);
+    // Senders retry a busy answer after the time it names.
+    expect(results.filter((r) => r.status === 503 && r.headers?.['retry-after'] !== '5').slice(0, 5)).toEqual([]);
     // The deadline did the closing for the bodies that were read: a 408 in the envelope.
     // (The budget also refuses some 64 KB webhook bodies while the 10 MiB ones hold it: 503, retried by senders.)
     expect(summary.byStatus['408'] ?? 0, JSON.stringify(summary)).toBeGreaterThanOrEqual(100);

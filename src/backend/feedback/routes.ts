@@ -128,10 +128,10 @@ export function feedbackWebhookRoutes(app: HttpApp, deps: WebhookDeps, opts: Web
   app.register(async (scope) => {
     scope.removeAllContentTypeParsers();
     scope.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
-    scope.setErrorHandler((err, req, reply) => {
-      const mapped = mapError(err);
-      if (mapped instanceof AppError) return reply.code(mapped.status).send(mapped.toEnvelope());
-      throw err; // the app's envelope handler
+    // The app's envelope handler answers, so an AppError keeps its headers (the busy 503's
+    // Retry-After) and an answer before the body closes the connection.
+    scope.setErrorHandler((err) => {
+      throw mapError(err);
     });
     const raw = (req: FastifyRequest): Buffer => (Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
 
