@@ -183,6 +183,38 @@ describe('acquire_slot', () => {
     expect(s.rate).toBe(100); // ceiling
   });
 
+  it('at the ceiling a success rewrites nothing within a window; the state stays alive while traffic lasts, and a 4xx still steps down', async () => {
+    const d = `steady-${++n}.example`;
+    const r = await t.call('PUT', `/isp-profiles/${d}`, { defaultRate: 4, floor: 1, ceiling: 4, backoffFactor: 0.5, recoveryFactor: 2 });
+    expect(r.status).toBe(201);
+    const p = profiles().resolve(d);
+    const key = `mta:thr:s:127.0.0.2:${d}`;
+    const stored = () => t.coord.getJson<{ rate: number; ok: number; fail: number; savedAt?: number }>(key);
+    // No state yet: the first success writes it.
+    expect((await throttle().onResult('127.0.0.2', p, d, 'ok')).rate).toBe(4);
+    const first = await stored();
+    expect(first).toMatchObject({ rate: 4, ok: 1, fail: 0, savedAt: t.clock.now() });
+    t.clock.advance(30_000);
+    for (let i = 0; i < 20; i++) expect((await throttle().onResult('127.0.0.2', p, d, 'ok')).rate).toBe(4);
+    expect(await stored()).toEqual(first);
+    // A window after the write it is written again, so the 24 h TTL never passes under traffic.
+    t.clock.advance(30_000);
+    await throttle().onResult('127.0.0.2', p, d, 'ok');
+    expect((await stored())!.savedAt).toBe(t.clock.now());
+    for (let h = 0; h < 30; h++) {
+      t.clock.advance(60 * MIN);
+      await throttle().onResult('127.0.0.2', p, d, 'ok');
+    }
+    expect(await stored()).toMatchObject({ rate: 4, fail: 0, savedAt: t.clock.now() });
+    // A 4xx at the ceiling is never skipped.
+    expect((await throttle().onResult('127.0.0.2', p, d, 'temp')).rate).toBe(2);
+    expect(await stored()).toMatchObject({ rate: 2, ok: 0, fail: 1 });
+    // Below the ceiling every success counts toward the recovery step.
+    const s = await throttle().onResult('127.0.0.2', p, d, 'ok');
+    expect(s).toMatchObject({ rate: 2, ok: 1, fail: 0 });
+    expect(await stored()).toMatchObject({ rate: 2, ok: 1, fail: 0 });
+  });
+
   it('blocks the pair after 10 consecutive 4xx, for 15 minutes', async () => {
     const d = `block-${++n}.example`;
     const p = profiles().resolve(d);

@@ -493,6 +493,32 @@ describe.runIf(redisAvailable)('redis adapter', () => {
     }
   });
 
+  it('while a batch is out, the calls of the following turns wait and leave together, in call order', async () => {
+    const c = new RedisCoordination({ url: redisUrl, keyPrefix, clock: new ManualClock() });
+    try {
+      const x = k('ctr');
+      await c.getCounter(x); // connected
+      const before = { ...c.stats };
+      // Redis holds every command for 150 ms (every client: kept short): the first batch stays out while the turns pass.
+      await admin.call('CLIENT', 'PAUSE', '150', 'ALL');
+      const first = c.incr(x, 1, 60_000);
+      const later: Promise<number>[] = [];
+      for (let i = 0; i < 5; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+        later.push(c.incr(x, 1, 60_000));
+      }
+      expect(await first).toBe(1);
+      expect(await Promise.all(later)).toEqual([2, 3, 4, 5, 6]);
+      expect(c.stats.calls - before.calls).toBe(6);
+      // Sent one per turn, they were 6 script runs: the first, then the five that waited for it.
+      expect(c.stats.batches - before.batches).toBe(2);
+      // Idle again: a lone call leaves at once, alone.
+      expect(await c.incr(x, 1, 60_000)).toBe(7);
+    } finally {
+      await c.close();
+    }
+  });
+
   it('a failing call fails alone: the others of its batch keep their results', async () => {
     const c = new RedisCoordination({ url: redisUrl, keyPrefix, clock: new ManualClock() });
     try {

@@ -14,6 +14,9 @@ export interface ThrottleState {
   blockedUntil: number;
 }
 
+/** As stored: with the time it was written, so an unchanged state is rewritten only to keep it alive. */
+type StoredThrottle = ThrottleState & { savedAt?: number };
+
 export type SlotResult = { ok: true } | { ok: false; delayMs: number; reason: 'throttle' | 'throttle_blocked' };
 
 const clamp = (v: number, lo: number, hi: number) => Math.min(hi, Math.max(lo, v));
@@ -39,10 +42,17 @@ export class Throttle {
   private stateKey = (ip: string, dest: string) => `mta:thr:s:${ip}:${dest}`;
 
   async state(ip: string, profile: IspProfile, domain: string): Promise<ThrottleState> {
-    const s = await this.coord.getJson<ThrottleState>(this.stateKey(ip, Throttle.destination(profile, domain)));
+    return this.fromStored(await this.stored(ip, profile, domain), profile);
+  }
+
+  private stored(ip: string, profile: IspProfile, domain: string): Promise<StoredThrottle | null> {
+    return this.coord.getJson<StoredThrottle>(this.stateKey(ip, Throttle.destination(profile, domain)));
+  }
+
+  private fromStored(s: StoredThrottle | null, profile: IspProfile): ThrottleState {
     if (!s) return { rate: profile.defaultRate, ok: 0, fail: 0, blockedUntil: 0 };
     // A profile tuned since the state was written still bounds it.
-    return { ...s, rate: clamp(s.rate, profile.floor, profile.ceiling) };
+    return { rate: clamp(s.rate, profile.floor, profile.ceiling), ok: s.ok, fail: s.fail, blockedUntil: s.blockedUntil };
   }
 
   async acquire(ip: string, profile: IspProfile, domain: string): Promise<SlotResult> {
@@ -60,13 +70,22 @@ export class Throttle {
   /** Applies a delivery result: `temp` is an SMTP 4xx, `ok` a 2xx. Returns the new state. */
   async onResult(ip: string, profile: IspProfile, domain: string, result: 'ok' | 'temp'): Promise<ThrottleState> {
     const t = this.policy.throttle;
-    const s = await this.state(ip, profile, domain);
+    const stored = await this.stored(ip, profile, domain);
+    const s = this.fromStored(stored, profile);
+    const now = this.clock.now();
+    // At the ceiling with no 4xx streak a success changes nothing the throttle acts on (no
+    // recovery step can raise the rate): the stored state stays as it is, rewritten once per
+    // window only to keep it from expiring. A busy destination's every send wrote it (one
+    // coordination write per message, the largest part of Redis's cost per message).
+    if (result === 'ok' && stored && s.fail === 0 && s.rate >= profile.ceiling && stored.rate === s.rate && now - (stored.savedAt ?? -Infinity) < Math.min(t.windowMs, t.stateTtlMs / 2)) {
+      return s;
+    }
     if (result === 'temp') {
       s.rate = clamp(s.rate * profile.backoffFactor, profile.floor, profile.ceiling);
       s.ok = 0;
       s.fail++;
       if (s.fail >= t.blockAfterFailures) {
-        s.blockedUntil = this.clock.now() + t.blockMs;
+        s.blockedUntil = now + t.blockMs;
         s.fail = 0;
       }
     } else {
@@ -77,7 +96,7 @@ export class Throttle {
         s.ok = 0;
       }
     }
-    await this.coord.setJson(this.stateKey(ip, Throttle.destination(profile, domain)), s, t.stateTtlMs);
+    await this.coord.setJson(this.stateKey(ip, Throttle.destination(profile, domain)), { ...s, savedAt: now } satisfies StoredThrottle, t.stateTtlMs);
     return s;
   }
 }
