@@ -10,18 +10,18 @@ describe('PayloadCache', () => {
   it('admits while there is room, keeps the oldest when full, and gives each entry once', () => {
     const clock = new ManualClock(1_000_000);
     const c = new PayloadCache(clock, { maxBytes: 10, maxAgeMs: 60_000 });
-    c.add('1', Buffer.from('aaaa'));
-    c.add('2', Buffer.from('bbbb'));
-    c.add('3', Buffer.from('ccc')); // 8 + 3 > 10: not admitted
+    c.add('1', { bytes: Buffer.from('aaaa') });
+    c.add('2', { bytes: Buffer.from('bbbb') });
+    c.add('3', { bytes: Buffer.from('ccc') }); // 8 + 3 > 10: not admitted
     expect(c.size).toBe(8);
     expect(c.take('3')).toBeUndefined();
-    expect(c.take('1')?.toString()).toBe('aaaa');
+    expect(c.take('1')?.bytes?.toString()).toBe('aaaa');
     expect(c.take('1')).toBeUndefined();
     expect(c.size).toBe(4);
-    c.add('4', Buffer.from('dddddd')); // room again: 4 + 6
-    expect(c.take('4')?.toString()).toBe('dddddd');
-    c.add('2', Buffer.from('other')); // an id already held keeps its bytes
-    expect(c.take('2')?.toString()).toBe('bbbb');
+    c.add('4', { bytes: Buffer.from('dddddd') }); // room again: 4 + 6
+    expect(c.take('4')?.bytes?.toString()).toBe('dddddd');
+    c.add('2', { bytes: Buffer.from('other') }); // an id already held keeps its bytes
+    expect(c.take('2')?.bytes?.toString()).toBe('bbbb');
     expect(c.size).toBe(0);
     expect(c.count).toBe(0);
   });
@@ -29,14 +29,14 @@ describe('PayloadCache', () => {
   it('drops entries older than maxAgeMs (a job claimed elsewhere never comes back here)', () => {
     const clock = new ManualClock(1_000_000);
     const c = new PayloadCache(clock, { maxBytes: 1_000, maxAgeMs: 60_000 });
-    c.add('old', Buffer.from('x'.repeat(100)));
+    c.add('old', { bytes: Buffer.from('x'.repeat(100)) });
     clock.advance(30_000);
-    c.add('mid', Buffer.from('y'));
+    c.add('mid', { bytes: Buffer.from('y') });
     clock.advance(30_000); // 'old' is now exactly 60 s old
-    c.add('new', Buffer.from('z'));
+    c.add('new', { bytes: Buffer.from('z') });
     expect(c.take('old')).toBeUndefined();
     expect(c.size).toBe(1 + 1);
-    expect(c.take('mid')?.toString()).toBe('y');
+    expect(c.take('mid')?.bytes?.toString()).toBe('y');
   });
 });
 
@@ -131,6 +131,29 @@ describe('Queue with a payload cache (real PostgreSQL)', () => {
     expect(c.cachedPayloads?.count).toBe(1);
     const aged = await c.claim('wc', 10);
     expect(aged.map((j) => j.payload.n).sort()).toEqual([42, 43]);
+  });
+
+  it('a payload given as JSON text and as its value is claimed as that very value; one given as a value alone, from its bytes', async () => {
+    const clock = new ManualClock(Date.parse('2026-11-22T10:00:00Z'));
+    const q = new Queue<{ v: string; html: string }>({ db: db.pool, clock, options: options(`pc${++seq}`) });
+    const given = { v: 'é', html: '<p>"x"</p>'.repeat(2_000) };
+    const json = JSON.stringify(given);
+    const alone = { v: 'alone', html: 'y' };
+    await q.enqueueMany([
+      { groupKey: 'g1', payload: given, payloadJson: Buffer.from(json) },
+      { groupKey: 'g2', payload: alone },
+    ]);
+    // Counted by the JSON's bytes either way.
+    expect(q.cachedPayloads).toEqual({ count: 2, bytes: Buffer.byteLength(json) + Buffer.byteLength(JSON.stringify(alone)) });
+    alone.v = 'changed after enqueue';
+    const jobs = await q.claim('w', 10);
+    const byGroup = new Map(jobs.map((j) => [j.groupKey, j.payload]));
+    // Not decoded, not parsed: the object the enqueuer gave.
+    expect(byGroup.get('g1')).toBe(given);
+    // A value alone was serialised by the queue: the job has what was enqueued, not the later change.
+    expect(byGroup.get('g2')).toEqual({ v: 'alone', html: 'y' });
+    // What PostgreSQL holds is the same payload (another instance, a retry).
+    expect((await q.get(jobs.find((j) => j.groupKey === 'g1')!.id))!.payload).toEqual(given);
   });
 
   it('caches nothing for a dedupe hit: the stored payload of the first enqueue is claimed', async () => {

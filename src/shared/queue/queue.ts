@@ -84,6 +84,8 @@ interface JobRow {
   last_error: string | null;
   payload: unknown;
   history: AttemptRecord[];
+  /** The payload as the payload cache held it, already parsed (lean claims only). */
+  parsed?: unknown;
 }
 
 const ms = (d: Date | null): number | null => (d === null ? null : d.getTime());
@@ -94,8 +96,8 @@ function toJob<P>(r: JobRow): Job<P> {
     queue: r.queue,
     groupKey: r.group_key,
     priority: r.priority,
-    // Stored bytes (payload-codec.ts), or the text the payload cache held; null: a lean claim's row.
-    payload: (r.payload === null ? null : JSON.parse(decodePayload(r.payload as Buffer | string))) as P,
+    // The cache's value; stored bytes (payload-codec.ts), or the text the cache held; null: a lean claim's row.
+    payload: (r.parsed !== undefined ? r.parsed : r.payload === null ? null : JSON.parse(decodePayload(r.payload as Buffer | string))) as P,
     state: r.state,
     attempts: r.attempts,
     maxAttempts: r.max_attempts,
@@ -347,7 +349,7 @@ export class Queue<P = unknown> {
       orgs.push(e.orgId ?? null);
       dedupe.push(e.dedupeKey ?? null);
     }
-    // Stored compressed (payload-codec.ts); the cache keeps the JSON bytes.
+    // Stored compressed (payload-codec.ts); the cache keeps the JSON bytes, or the value given with them.
     const stored = payloads.map(encodePayload);
     const offsets: number[] = [];
     const lengths: number[] = [];
@@ -381,7 +383,13 @@ export class Queue<P = unknown> {
     const res = within ? await run() : await retryOnConflict(run);
     // Rows come back in input order; a dedupe hit stored nothing of ours.
     // Not for a caller's transaction: it may still roll back.
-    if (this.cache && !within) res.rows.forEach((r, i) => r.inserted && this.cache!.add(String(r.new_id), payloads[i]!));
+    if (this.cache && !within) {
+      res.rows.forEach((r, i) => {
+        if (!r.inserted) return;
+        const e = inputs[i]!;
+        this.cache!.add(String(r.new_id), e.payloadJson === undefined ? { bytes: payloads[i]! } : { value: e.payload }, payloads[i]!.length);
+      });
+    }
     return res.rows;
   }
 
@@ -396,8 +404,9 @@ export class Queue<P = unknown> {
     for (const r of rows) {
       if (r.state !== 'active') continue;
       const id = String(r.id);
-      const bytes = this.cache!.take(id);
-      if (bytes) r.payload = bytes.toString('utf8');
+      const held = this.cache!.take(id);
+      if (held?.bytes) r.payload = held.bytes.toString('utf8');
+      else if (held) r.parsed = held.value;
       else {
         missing.push(id);
         byId.set(id, r);

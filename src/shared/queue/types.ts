@@ -33,6 +33,8 @@ export interface EnqueueInput<P> {
    * `payload` already serialised as JSON (it must parse to `payload`): stored as it is, which
    * spares serialising a large payload the caller received as JSON text (POST /send). A
    * Buffer is that text's UTF-8 bytes (they must be valid UTF-8), stored without re-encoding.
+   * With a payload cache, `payload` itself is what this process's claim of the job gets (not
+   * a copy): the caller must not change it after enqueue.
    */
   payloadJson?: string | Buffer;
   /** Lower runs first within a group. Default 0. */
