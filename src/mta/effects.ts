@@ -80,7 +80,7 @@ export async function applyEffects(d: EffectDeps, ctx: PipelineContext, result: 
 
   if (result.status === 'sent') {
     run('breaker', () => d.breaker.record(job.organizationId, 'd', probe));
-    run('throttle', () => d.throttle.onResult(ip.address, profile, job.domain, 'ok'));
+    run('throttle', () => d.throttle.onResult(ip.address, profile, job.domain, 'ok', ctx.throttleQuiet));
     run('intel', () => d.intel.record(job.domain, 'ok'));
     run('backoff', () => d.backoff.recordSuccess(job.domain));
     // The log row and the `sent` event commit together (the outbox).

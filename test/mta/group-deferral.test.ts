@@ -51,7 +51,7 @@ describe('acquire_slot and select_ip: pool-level reasons', () => {
   const throttle = () => t.mta.context.state.throttle;
   const fill = async (ip: string, domain: string, count: number) => {
     const p = t.mta.context.stores.profiles.resolve(domain);
-    for (let i = 0; i < count; i++) expect(await throttle().acquire(ip, p, domain)).toEqual({ ok: true });
+    for (let i = 0; i < count; i++) expect(await throttle().acquire(ip, p, domain)).toMatchObject({ ok: true });
   };
 
   it("sends through another address of the pool when the chosen one has no slot; all full → the whole group waits", async () => {

@@ -215,6 +215,43 @@ describe('acquire_slot', () => {
     expect(await stored()).toMatchObject({ rate: 2, ok: 1, fail: 0 });
   });
 
+  it("acquire hands a success its quiet state: the success then reads and writes nothing; otherwise it reads afresh", async () => {
+    const d = `quiet-${++n}.example`;
+    const r = await t.call('PUT', `/isp-profiles/${d}`, { defaultRate: 4, floor: 1, ceiling: 4, backoffFactor: 0.5, recoveryFactor: 2 });
+    expect(r.status).toBe(201);
+    const p = profiles().resolve(d);
+    const key = `mta:thr:s:127.0.0.2:${d}`;
+    const slotOk = async () => {
+      const s = await throttle().acquire('127.0.0.2', p, d);
+      if (!s.ok) throw new Error('no slot');
+      return s.quiet;
+    };
+    t.clock.advance(2 * MIN);
+    // Nothing stored yet, then a fresh state at the ceiling: quiet.
+    expect(await slotOk()).toBeNull();
+    await throttle().onResult('127.0.0.2', p, d, 'ok');
+    const quiet = await slotOk();
+    expect(quiet).toMatchObject({ rate: 4, fail: 0 });
+    // Another instance's 4xx lands before this send's success: the success, holding its quiet
+    // state, leaves the stored 4xx as it is (it would have been skipped in the same race anyway).
+    await throttle().onResult('127.0.0.2', p, d, 'temp');
+    expect(await throttle().onResult('127.0.0.2', p, d, 'ok', quiet)).toEqual(quiet);
+    expect(await t.coord.getJson(key)).toMatchObject({ rate: 2, fail: 1 });
+    // Below the ceiling acquire hands nothing: the success reads the state and counts.
+    t.clock.advance(MIN);
+    const below = await slotOk();
+    expect(below).toBeNull();
+    expect(await throttle().onResult('127.0.0.2', p, d, 'ok', below)).toMatchObject({ rate: 2, ok: 1, fail: 0 });
+    // At the ceiling but written a window ago: not quiet, so the success rewrites it (kept alive).
+    for (let i = 0; i < 49; i++) await throttle().onResult('127.0.0.2', p, d, 'ok');
+    expect(await t.coord.getJson(key)).toMatchObject({ rate: 4, savedAt: t.clock.now() });
+    t.clock.advance(MIN);
+    const stale = await slotOk();
+    expect(stale).toBeNull();
+    await throttle().onResult('127.0.0.2', p, d, 'ok', stale);
+    expect(await t.coord.getJson(key)).toMatchObject({ rate: 4, savedAt: t.clock.now() });
+  });
+
   it('blocks the pair after 10 consecutive 4xx, for 15 minutes', async () => {
     const d = `block-${++n}.example`;
     const p = profiles().resolve(d);

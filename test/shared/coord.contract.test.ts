@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ManualClock } from '../../src/shared/clock.js';
 import { MemoryCoordination } from '../../src/shared/coord/memory.js';
 import { RedisCoordination } from '../../src/shared/coord/redis.js';
@@ -160,6 +160,20 @@ function contract(name: string, makeAdapter: (clock: ManualClock) => Coordinatio
         expect(await c.getCounters([live, k('ctr'), gone, live])).toEqual([4, 0, 0, 4]);
         expect(await c.getCounters([])).toEqual([]);
         expect(await c.getCounter(k('ctr'))).toBe(0);
+      });
+
+      it("addLater adds to a counter: the adapter's own calls see it, with the TTL of the first addition", async () => {
+        const key = k('ctr');
+        c.addLater(key, 1, 1000);
+        clock.advance(500);
+        c.addLater(key, 2, 1000);
+        expect(await c.getCounter(key)).toBe(3);
+        c.addLater(key, 1, 1000);
+        expect(await c.incr(key, 1, 1000)).toBe(5);
+        c.addLater(key, 1, 1000);
+        expect(await c.getCounters([k('ctr'), key])).toEqual([0, 6]);
+        clock.advance(500);
+        expect(await c.getCounter(key)).toBe(0);
       });
 
       it('setCounter replaces value and TTL', async () => {
@@ -531,6 +545,55 @@ describe.runIf(redisAvailable)('redis adapter', () => {
       expect(b.status).toBe('rejected');
       expect(String((b as PromiseRejectedResult).reason)).toMatch(/WRONGTYPE/);
       expect(d).toEqual({ status: 'fulfilled', value: 2 });
+    } finally {
+      await c.close();
+    }
+  });
+
+  it("holds addLater's additions, summed per key, until a call on the key, the timer or close", async () => {
+    const clock = new ManualClock();
+    // A timer far away: what reaches Redis here is what a call or close sent.
+    const a = new RedisCoordination({ url: redisUrl, keyPrefix, clock, deferMs: 60_000 });
+    const b = new RedisCoordination({ url: redisUrl, keyPrefix, clock });
+    const quick = new RedisCoordination({ url: redisUrl, keyPrefix, clock, deferMs: 20 });
+    try {
+      const x = k('ctr');
+      const y = k('ctr');
+      const z = k('ctr');
+      await a.getCounter(x); // connected
+      const before = { ...a.stats };
+      for (let i = 0; i < 100; i++) a.addLater(x, 1, 60_000);
+      a.addLater(y, 2, 60_000);
+      expect(await b.getCounters([x, y])).toEqual([0, 0]);
+      // Its own read sends x's 100 additions as one increment, ahead of the read, and not y's.
+      expect(await a.getCounter(x)).toBe(100);
+      expect(a.stats.sent - before.sent).toBe(2);
+      expect(await b.getCounters([x, y])).toEqual([100, 0]);
+      await a.close();
+      expect(await b.getCounter(y)).toBe(2);
+      // Without any other call, the timer sends them.
+      quick.addLater(z, 3, 60_000);
+      await vi.waitFor(async () => expect(await b.getCounter(z)).toBe(3), { timeout: 5000, interval: 10 });
+    } finally {
+      await Promise.all([a.close(), b.close(), quick.close()]);
+    }
+  });
+
+  it('renews the backstop expiry of a key written on every call only when half its slack is gone', async () => {
+    const c = new RedisCoordination({ url: redisUrl, keyPrefix, clock: new ManualClock() });
+    try {
+      const key = k('sw');
+      const full = `${keyPrefix}w:${key}`;
+      await c.slidingWindow(key, 100, 60_000);
+      expect(await admin.pttl(full)).toBeGreaterThan(3_655_000);
+      // Three quarters of the slack left: left alone.
+      await admin.pexpire(full, 60_000 + 2_700_000);
+      await c.slidingWindow(key, 100, 60_000);
+      expect(await admin.pttl(full)).toBeLessThanOrEqual(2_760_000);
+      // Less than half left: renewed to the full backstop.
+      await admin.pexpire(full, 60_000 + 1_700_000);
+      await c.slidingWindow(key, 100, 60_000);
+      expect(await admin.pttl(full)).toBeGreaterThan(3_655_000);
     } finally {
       await c.close();
     }

@@ -21,6 +21,7 @@ export const acquireSlot: Phase = {
       const r = await throttle.acquire(ip.address, profile, ctx.job.domain);
       if (r.ok) {
         ctx.ip = ip;
+        ctx.throttleQuiet = r.quiet;
         return CONTINUE;
       }
       if (!refused || r.delayMs < refused.delayMs) refused = r;

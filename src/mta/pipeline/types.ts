@@ -11,7 +11,7 @@ import type { DomainBackoff } from '../state/domain-backoff.js';
 import type { IpStatus } from '../state/ip-status.js';
 import type { OrgUsage } from '../state/org-usage.js';
 import type { SmtpIntel } from '../state/smtp-intel.js';
-import type { Throttle } from '../state/throttle.js';
+import type { Throttle, ThrottleState } from '../state/throttle.js';
 import type { Warming } from '../state/warming.js';
 import type { IspProfile } from '../stores/isp-profiles.js';
 import type { OrgLimits } from '../stores/org-limits.js';
@@ -120,6 +120,8 @@ export interface PipelineContext {
   candidates?: readonly SendingIp[];
   /** Set by select_ip when the whole pool is listed and the failover relay takes its traffic. */
   viaRelay?: boolean;
+  /** Set by acquire_slot: the throttle state read, when a success would change nothing (Throttle.onResult). */
+  throttleQuiet?: ThrottleState | null;
   /** Set by circuit_breaker while the organization is half-open (this send is a test send). */
   breakerProbe?: { epoch: number };
   /** Set by warming_cap: the recipient's mailbox provider (warming.providerOf). */

@@ -37,8 +37,14 @@ export class SmtpIntel {
     const p = this.policy.smtpIntel;
     const now = this.clock.now();
     const bucket = Math.floor(now / p.bucketMs);
-    await this.coord.incr(`mta:intel:${domain}:${bucket}:${kind}`, 1, p.windowMs + p.bucketMs);
-    if (kind === 'ok') return null;
+    const key = `mta:intel:${domain}:${bucket}:${kind}`;
+    // A success is only ever a denominator, and a busy domain has one per message: it may reach
+    // the fleet up to a second late (the window is minutes long), summed with the others.
+    if (kind === 'ok') {
+      this.coord.addLater(key, 1, p.windowMs + p.bucketMs);
+      return null;
+    }
+    await this.coord.incr(key, 1, p.windowMs + p.bucketMs);
     const buckets = Math.ceil(p.windowMs / p.bucketMs);
     const keys: string[] = [];
     for (let b = bucket - buckets + 1; b <= bucket; b++) for (const k of KINDS) keys.push(`mta:intel:${domain}:${b}:${k}`);

@@ -17,7 +17,10 @@ export interface ThrottleState {
 /** As stored: with the time it was written, so an unchanged state is rewritten only to keep it alive. */
 type StoredThrottle = ThrottleState & { savedAt?: number };
 
-export type SlotResult = { ok: true } | { ok: false; delayMs: number; reason: 'throttle' | 'throttle_blocked' };
+export type SlotResult =
+  /** `quiet`: the state read, when a success would change nothing stored (onResult then reads nothing). */
+  | { ok: true; quiet: ThrottleState | null }
+  | { ok: false; delayMs: number; reason: 'throttle' | 'throttle_blocked' };
 
 const clamp = (v: number, lo: number, hi: number) => Math.min(hi, Math.max(lo, v));
 
@@ -55,31 +58,43 @@ export class Throttle {
     return { rate: clamp(s.rate, profile.floor, profile.ceiling), ok: s.ok, fail: s.fail, blockedUntil: s.blockedUntil };
   }
 
+  /**
+   * At the ceiling with no 4xx streak, a success changes nothing the throttle acts on (no
+   * recovery step can raise the rate): the stored state stays as it is, rewritten once per
+   * window only to keep it from expiring. A busy destination's every send wrote it (one
+   * coordination write per message, the largest part of Redis's cost per message).
+   */
+  private quiet(stored: StoredThrottle | null, s: ThrottleState, profile: IspProfile, now: number): boolean {
+    const t = this.policy.throttle;
+    return !!stored && s.fail === 0 && s.rate >= profile.ceiling && stored.rate === s.rate && now - (stored.savedAt ?? -Infinity) < Math.min(t.windowMs, t.stateTtlMs / 2);
+  }
+
   async acquire(ip: string, profile: IspProfile, domain: string): Promise<SlotResult> {
     const dest = Throttle.destination(profile, domain);
-    const s = await this.state(ip, profile, domain);
+    const stored = await this.stored(ip, profile, domain);
+    const s = this.fromStored(stored, profile);
     const now = this.clock.now();
     if (s.blockedUntil > now) return { ok: false, delayMs: s.blockedUntil - now, reason: 'throttle_blocked' };
     const t = this.policy.throttle;
     // The window is one minute and the rate per minute; a fractional rate rounds down, never below one send.
     const limit = Math.max(1, Math.floor(s.rate * (t.windowMs / 60_000)));
     const r = await this.coord.slidingWindow(`mta:thr:w:${ip}:${dest}`, limit, t.windowMs);
-    return r.allowed ? { ok: true } : { ok: false, delayMs: t.noSlotDeferMs, reason: 'throttle' };
+    if (!r.allowed) return { ok: false, delayMs: t.noSlotDeferMs, reason: 'throttle' };
+    return { ok: true, quiet: this.quiet(stored, s, profile, now) ? s : null };
   }
 
-  /** Applies a delivery result: `temp` is an SMTP 4xx, `ok` a 2xx. Returns the new state. */
-  async onResult(ip: string, profile: IspProfile, domain: string, result: 'ok' | 'temp'): Promise<ThrottleState> {
+  /**
+   * Applies a delivery result: `temp` is an SMTP 4xx, `ok` a 2xx. Returns the new state. `quiet`
+   * is what acquire found for this send: a success after it reads nothing more (a 4xx from
+   * another instance meanwhile only misses this one success, as any two results racing would).
+   */
+  async onResult(ip: string, profile: IspProfile, domain: string, result: 'ok' | 'temp', quiet?: ThrottleState | null): Promise<ThrottleState> {
+    if (result === 'ok' && quiet) return { ...quiet };
     const t = this.policy.throttle;
     const stored = await this.stored(ip, profile, domain);
     const s = this.fromStored(stored, profile);
     const now = this.clock.now();
-    // At the ceiling with no 4xx streak a success changes nothing the throttle acts on (no
-    // recovery step can raise the rate): the stored state stays as it is, rewritten once per
-    // window only to keep it from expiring. A busy destination's every send wrote it (one
-    // coordination write per message, the largest part of Redis's cost per message).
-    if (result === 'ok' && stored && s.fail === 0 && s.rate >= profile.ceiling && stored.rate === s.rate && now - (stored.savedAt ?? -Infinity) < Math.min(t.windowMs, t.stateTtlMs / 2)) {
-      return s;
-    }
+    if (result === 'ok' && this.quiet(stored, s, profile, now)) return s;
     if (result === 'temp') {
       s.rate = clamp(s.rate * profile.backoffFactor, profile.floor, profile.ceiling);
       s.ok = 0;

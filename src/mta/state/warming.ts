@@ -241,8 +241,9 @@ export class Warming {
     if (this.warmed.has(ip)) return;
     const now = this.clock.now();
     const today = utcDayStart(now);
-    await this.coord.incr(this.resultKey(ip, today, kind), 1, COUNTER_TTL_MS);
-    await this.coord.incr(this.provResultKey(ip, provider, today, kind), 1, COUNTER_TTL_MS);
+    // Counted for verdicts read once a day: the fleet may see them a second late.
+    this.coord.addLater(this.resultKey(ip, today, kind), 1, COUNTER_TTL_MS);
+    this.coord.addLater(this.provResultKey(ip, provider, today, kind), 1, COUNTER_TTL_MS);
     const cached = this.today.get(`p:${ip}:${provider}`);
     if (!(cached?.day === today && cached.value) && !(await this.coord.getJson<ProviderState>(this.provKey(ip, provider)))) {
       const fresh: ProviderState = { multiplier: this.a.provider.max, streak: 0, evaluatedDay: today, verdict: null };

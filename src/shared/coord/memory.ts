@@ -254,6 +254,10 @@ export class MemoryCoordination implements Coordination {
     return c.value;
   }
 
+  addLater(key: string, by: number, ttlMs: number): void {
+    void this.incr(key, by, ttlMs);
+  }
+
   async getCounter(key: string): Promise<number> {
     return this.counterValue(key, this.clock.now());
   }

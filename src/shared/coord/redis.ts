@@ -28,9 +28,11 @@ local function gc(ms)
   if ms < 0 then ms = 0 end
   return math.ceil(ms + math.max(ms, 3600000))
 end
+-- Renewed only when less than half the backstop's slack is left (it is never shortened): a key
+-- written on every send is re-expired now and then, not each time.
 local function extendGc(key, ms)
-  local want = gc(ms)
-  if redis.call('PTTL', key) < want then redis.call('PEXPIRE', key, want) end
+  if ms < 0 then ms = 0 end
+  if redis.call('PTTL', key) < ms + math.max(ms, 3600000) / 2 then redis.call('PEXPIRE', key, gc(ms)) end
 end
 local function num(x) return string.format('%.17g', x) end
 `;
@@ -229,8 +231,12 @@ const MAX_BATCH = 256;
 // there are fewer script runs and fewer socket writes (each wakes Redis, which then competes
 // for a core), at no cost in latency when idle. The calls of a turn still leave in call order.
 const MAX_IN_FLIGHT = 1;
-// The real one, captured before any test fakes timers: a batch must leave whatever the test's clock does.
+// The real ones, captured before any test fakes timers: a batch must leave whatever the test's clock does.
 const nextTurn = setImmediate;
+const later = setTimeout;
+const cancelLater = clearTimeout;
+// How long additions made with addLater may wait, summed per key, before they are sent.
+const DEFER_MS = 1000;
 
 const PING_TIMEOUT_MS = 2000;
 
@@ -244,6 +250,8 @@ export interface RedisCoordinationOptions {
   clock?: Clock;
   /** Connection errors of an owned connection are logged here. */
   log?: Logger;
+  /** How long addLater's additions may be held (default 1 s). */
+  deferMs?: number;
 }
 
 /** One operation as sent: a call, or calls that one run of it answers (see coalesce). */
@@ -360,6 +368,11 @@ export class RedisCoordination implements Coordination {
   private pending: Pending[] = [];
   private flushScheduled = false;
   private inFlight = 0;
+  /** addLater's additions not yet sent, per full key: their sum, the first one's TTL and time. */
+  private readonly deferred = new Map<string, { by: number; ttlMs: number; at: number }>();
+  private deferTimer: NodeJS.Timeout | undefined;
+  private readonly log?: Logger;
+  private readonly deferMs: number;
   /** Calls made, operations sent for them after folding (coalesce), and script runs sent. */
   readonly stats = { calls: 0, sent: 0, batches: 0 };
 
@@ -385,10 +398,14 @@ export class RedisCoordination implements Coordination {
     this.redis = client as Redis & ScriptCommands;
     this.clock = opts.clock ?? systemClock;
     this.prefix = opts.keyPrefix ?? 'lm:';
+    this.log = opts.log;
+    this.deferMs = opts.deferMs ?? DEFER_MS;
   }
 
   /** Queues one operation for the batch sent at the end of this turn of the event loop. */
   private call<T>(op: string, keys: readonly string[], args: readonly Arg[]): Promise<T> {
+    // Additions still held for a key go first: every call sees what this adapter did before it.
+    if (this.deferred.size > 0) for (const k of keys) this.releaseDeferred(k);
     return new Promise<T>((resolve, reject) => {
       this.pending.push({ op, keys, args, resolve: resolve as (v: unknown) => void, reject });
       this.schedule();
@@ -401,6 +418,24 @@ export class RedisCoordination implements Coordination {
     this.flushScheduled = true;
     nextTurn(this.flush);
   }
+
+  /** Queues the held additions of one full key as one incr. */
+  private releaseDeferred(key: string): void {
+    const d = this.deferred.get(key);
+    if (d === undefined) return;
+    this.deferred.delete(key);
+    this.pending.push({ op: 'incr', keys: [key], args: [d.by, d.ttlMs, d.at], resolve: () => {}, reject: this.lostAddition });
+    this.schedule();
+  }
+
+  private readonly releaseAllDeferred = (): void => {
+    this.deferTimer = undefined;
+    for (const key of [...this.deferred.keys()]) this.releaseDeferred(key);
+  };
+
+  private readonly lostAddition = (err: Error): void => {
+    this.log?.warn({ err }, 'redis coordination: a deferred counter addition was lost');
+  };
 
   private readonly flush = (): void => {
     this.flushScheduled = false;
@@ -470,6 +505,17 @@ export class RedisCoordination implements Coordination {
 
   async incr(key: string, by: number, ttlMs: number): Promise<number> {
     return Number(await this.call<string>('incr', [`${this.prefix}c:${key}`], [by, ttlMs, this.clock.now()]));
+  }
+
+  addLater(key: string, by: number, ttlMs: number): void {
+    const full = `${this.prefix}c:${key}`;
+    const d = this.deferred.get(full);
+    if (d !== undefined) d.by += by;
+    else this.deferred.set(full, { by, ttlMs, at: this.clock.now() });
+    if (this.deferTimer === undefined) {
+      this.deferTimer = later(this.releaseAllDeferred, this.deferMs);
+      this.deferTimer.unref();
+    }
   }
 
   async getCounter(key: string): Promise<number> {
@@ -556,6 +602,8 @@ export class RedisCoordination implements Coordination {
 
   async close(): Promise<void> {
     // Calls made just before close leave ahead of QUIT, not after it (whatever is in flight).
+    if (this.deferTimer !== undefined) cancelLater(this.deferTimer);
+    this.releaseAllDeferred();
     if (this.pending.length > 0) this.sendAll();
     if (!this.owned || this.redis.status === 'end') return;
     try {

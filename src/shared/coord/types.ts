@@ -34,6 +34,13 @@ export interface Coordination {
 
   /** Counter with TTL: add `by` and return the new value; the TTL is set when the counter is created. */
   incr(key: string, by: number, ttlMs: number): Promise<number>;
+  /**
+   * Adds to a counter when nobody waits for the new value and other instances may see the
+   * addition a moment later (statistics counted per message). Redis sums these per key and sends
+   * them within a second, or sooner with any other call of the same adapter on that key (so its
+   * own reads see them); memory applies them at once.
+   */
+  addLater(key: string, by: number, ttlMs: number): void;
   /** Current value of a counter (0 when absent or expired). */
   getCounter(key: string): Promise<number>;
   /** Several counters in one round trip. */
