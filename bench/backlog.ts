@@ -19,9 +19,13 @@
  *
  * Environment: BENCH_BACKLOG_DEPTHS, BENCH_DRAIN_SECONDS, BENCH_CLAIM_LIMIT, BENCH_DOMAINS (50),
  * BENCH_ENQUEUE_BATCH (1000 jobs a statement), DATABASE_URL (default: an embedded PostgreSQL
- * in a temp dir), BENCH_SVG (0: do not write the chart).
+ * in a temp dir), BENCH_SVG (0: do not write the chart), BENCH_EVENTS (down: the MTA's events go to
+ * a port nobody listens on, a backend that is down, so the outbox keeps them; receiver: to a
+ * loopback server answering 204, as bench:mta's role mta; default down).
  */
 import { generateKeyPairSync } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -42,6 +46,7 @@ const DRAIN_S = Number(process.env.BENCH_DRAIN_SECONDS ?? 60);
 const CLAIM_LIMIT = Number(process.env.BENCH_CLAIM_LIMIT ?? 100);
 const DOMAINS = Number(process.env.BENCH_DOMAINS ?? 50);
 const BATCH = Number(process.env.BENCH_ENQUEUE_BATCH ?? 1000);
+const EVENTS = process.env.BENCH_EVENTS === 'receiver' ? 'receiver' : 'down';
 const BYTES = 5 * 1024;
 const SINK_HOST = '127.0.0.10';
 const MTA_KEY = 'lm_mta_bench_0123456789abcdefghijklmnopqrstuvwxyz';
@@ -70,7 +75,7 @@ function quantile(xs: number[], q: number): number {
   return s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
 }
 
-function productEnv(o: { databaseUrl: string; dataDir: string; dns: DnsServer; sinkPort: number }): Record<string, string> {
+function productEnv(o: { databaseUrl: string; dataDir: string; dns: DnsServer; sinkPort: number; eventsUrl: string }): Record<string, string> {
   return {
     NODE_ENV: 'production',
     LOG_LEVEL: 'silent',
@@ -97,8 +102,9 @@ function productEnv(o: { databaseUrl: string; dataDir: string; dns: DnsServer; s
     // another product on a shared machine.
     INBOUND_SMTP_PORT: '0',
     INBOUND_SMTP_HOST: '127.0.0.1',
-    // Events go to a port nobody listens on: the outbox keeps them (as a backend that is down).
-    MTA_WEBHOOK_URL: 'http://127.0.0.1:9/webhooks/mta',
+    // BENCH_EVENTS: a port nobody listens on (the outbox keeps the events, as with a backend
+    // that is down), or a receiver answering 204.
+    MTA_WEBHOOK_URL: o.eventsUrl,
   };
 }
 
@@ -155,8 +161,10 @@ async function main(): Promise<void> {
   let sink: PostfixSmtpSink | undefined;
   let product: Product | undefined;
   let db: Db | undefined;
+  let receiver: Server | undefined;
   const cleanup = async () => {
     await product?.stop().catch(() => {});
+    if (receiver) await new Promise((r) => receiver!.close(r));
     await sink?.stop().catch(() => {});
     await dns?.stop().catch(() => {});
     await db?.end().catch(() => {});
@@ -175,12 +183,18 @@ async function main(): Promise<void> {
     for (let d = 0; d < DOMAINS; d++) zone.push({ name: `d${d}`, type: 'MX', value: `10 mx.d${d}.bench.test` }, { name: `mx.d${d}`, type: 'A', value: SINK_HOST });
     dns = await startDnsServer({ zones: { 'bench.test': zone } });
     const sinkPort = await findFreePort(SINK_HOST);
-    const env = productEnv({ databaseUrl: url, dataDir: join(tmp, 'data'), dns, sinkPort });
+    let eventsUrl = 'http://127.0.0.1:9/webhooks/mta';
+    if (EVENTS === 'receiver') {
+      receiver = createServer((req, res) => req.resume().on('end', () => res.writeHead(204).end()));
+      await new Promise<void>((r) => receiver!.listen(0, '127.0.0.1', r));
+      eventsUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/webhooks/mta`;
+    }
+    const env = productEnv({ databaseUrl: url, dataDir: join(tmp, 'data'), dns, sinkPort, eventsUrl });
 
     console.log(`MTA backlog benchmark — ${new Date().toISOString()}`);
     console.log(`machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, node ${process.version}`);
     console.log(`load average at start: ${loadavg().map((l) => l.toFixed(2)).join(', ')} (1, 5, 15 min)`);
-    console.log(`setup: ${DOMAINS} recipient domains × 2 pools (${DOMAINS * 2} queue groups), 5 KB HTML messages, DKIM RSA-2048, Debian smtp-sink; drain measured over ${DRAIN_S} s`);
+    console.log(`setup: ${DOMAINS} recipient domains × 2 pools (${DOMAINS * 2} queue groups), 5 KB HTML messages, DKIM RSA-2048, Debian smtp-sink; drain measured over ${DRAIN_S} s; events ${EVENTS === 'down' ? 'to a closed port (a backend that is down)' : 'to a 204 receiver'}`);
 
     // Configure once through the API (stored in PostgreSQL), with an empty queue.
     product = await startProduct({ role: 'mta', env });
@@ -224,7 +238,9 @@ async function main(): Promise<void> {
       const c0 = sink.count();
       const m0 = performance.now();
       while (performance.now() - m0 < DRAIN_S * 1000 && sink.count() < depth) await new Promise((r) => setTimeout(r, 50));
-      const drainRate = ((sink.count() - c0) * 1000) / (performance.now() - m0);
+      const drainS = (performance.now() - m0) / 1000;
+      const drained = sink.count() - c0;
+      const drainRate = drained / drainS;
       clearInterval(sampler);
       await product.stop();
       product = undefined;
@@ -236,7 +252,7 @@ async function main(): Promise<void> {
       console.log(
         `depth ${fmt(depth)}: enqueue ${fmt(enqueueRate)} jobs/s | disk ${fmt(diskBytesPerMessage)} B per queued message (×${fmt(diskBytesPerMessage / BYTES, 2)} of 5 KB; stored payload ${fmt(payloadBytes)} B of JSON) | ` +
           `claim of ${CLAIM_LIMIT}: median ${fmt(claimMs.median, 1)} ms, p95 ${fmt(claimMs.p95, 1)} ms | first delivery ${fmt(firstDeliveryS, 1)} s after start | ` +
-          `drain ${fmt(drainRate)} msg/s over ${DRAIN_S} s (×${fmt(drainRate / base.drainRate, 2)} of depth ${fmt(base.depth)}) | peak RSS ${fmt(peakRssMb)} MB | load ${loadavg()[0]!.toFixed(2)}`,
+          `drain ${fmt(drainRate)} msg/s over ${fmt(drainS, 1)} s, ${fmt(drained)} messages (×${fmt(drainRate / base.drainRate, 2)} of depth ${fmt(base.depth)}) | peak RSS ${fmt(peakRssMb)} MB | load ${loadavg()[0]!.toFixed(2)}`,
       );
     }
     const first = results[0]!;
@@ -247,7 +263,7 @@ async function main(): Promise<void> {
         `disk ≤ 2.5× 5 KB: ${results.every((r) => r.diskBytesPerMessage <= 2.5 * BYTES) ? 'met' : 'NOT met'}`,
     );
     if (process.env.BENCH_SVG !== '0') {
-      writeFileSync(OUT, chart(results));
+      writeFileSync(OUT, chart(results, new Date().toISOString().slice(0, 10)));
       console.log(`chart: ${OUT}`);
     }
     console.log(`load average at end: ${loadavg().map((l) => l.toFixed(2)).join(', ')}; total ${fmt((performance.now() - started) / 1000, 1)} s`);
@@ -256,8 +272,8 @@ async function main(): Promise<void> {
   }
 }
 
-/** The SVG by hand, as bench/warming.ts draws its chart: two polylines on a log depth axis. */
-export function chart(results: DepthResult[]): string {
+/** The SVG by hand, as bench/warming.ts draws its chart: two polylines on a log depth axis; `day` is the run's date, for the title. */
+export function chart(results: DepthResult[], day: string): string {
   const W = 640;
   const H = 320;
   const L = 70;
@@ -273,7 +289,7 @@ export function chart(results: DepthResult[]): string {
   const Y = (v: number, max: number) => H - B - (v / max) * (H - T - B);
   const parts: string[] = [
     `<rect width="${W}" height="${H}" fill="white"/>`,
-    `<text x="${W / 2}" y="22" text-anchor="middle" font-family="sans-serif" font-size="14">Drain rate and claim latency against queued 5 KB messages (2026-11-26)</text>`,
+    `<text x="${W / 2}" y="22" text-anchor="middle" font-family="sans-serif" font-size="14">Drain rate and claim latency against queued 5 KB messages (${day})</text>`,
     `<line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="black"/>`,
     `<line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="black"/>`,
     `<line x1="${W - R}" y1="${T}" x2="${W - R}" y2="${H - B}" stroke="black"/>`,

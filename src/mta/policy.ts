@@ -163,6 +163,8 @@ export interface MtaPolicy {
     postTimeoutMs: number;
     /** Posts in flight, and events and bytes per post (the backend takes 1 – 500). */
     posts: { maxInFlight: number; maxItems: number; maxBytes: number };
+    /** Fresh rows kept in memory while the backend does not answer (the rest wait in the table). */
+    held: { maxItems: number; maxBytes: number };
   };
   /** Delivery log rows older than this are pruned. */
   deliveryLogRetentionDays: number;
@@ -345,6 +347,8 @@ export const DEFAULT_POLICY: MtaPolicy = {
     // One post per delivered message cost the MTA a tenth of its CPU at 5 KB (perf); 4 in
     // flight is the backpressure: a slow backend gets fewer, larger posts.
     posts: { maxInFlight: 4, maxItems: 500, maxBytes: 2 * 1024 * 1024 },
+    // A mailbox delivery can be 34 MB of JSON: the byte bound keeps an outage's memory small.
+    held: { maxItems: 20_000, maxBytes: 16 * 1024 * 1024 },
   },
   deliveryLogRetentionDays: 30,
   urlBlocklist: [],

@@ -7,9 +7,11 @@ import { createHmac } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { MTA_EVENT, type MtaEventData } from '../../src/shared/contracts/mta.js';
 import { DEFAULT_POLICY } from '../../src/mta/policy.js';
+import { OutboxRelay } from '../../src/mta/outbox/relay.js';
 import { outboxEvent, resultEventId } from '../../src/mta/outbox/store.js';
+import { silentLogger } from '../../src/shared/log.js';
 import { startHttpReceiver, type HttpReceiver } from '../harness/http-receiver.js';
-import { startMta, type TestMta } from './helpers.js';
+import { eventually, startMta, type TestMta } from './helpers.js';
 
 const SECRET = 'outbox-secret';
 const POSTS = DEFAULT_POLICY.events.posts;
@@ -82,6 +84,112 @@ describe('posting', () => {
     const [first, second] = backend.requests.map((r) => JSON.parse(r.rawBody.toString()));
     expect(second.id).toBe(first.id);
     expect(backend.requests[1]!.headers['x-mta-timestamp']).toBe(String(Math.floor(t.clock.now() / 1000)));
+    expect(await rows()).toEqual([]);
+  });
+
+  it('while the backend does not answer, fresh events are held and one probe goes per poll interval; the first answered post sends the held ones', async () => {
+    const poll = DEFAULT_POLICY.events.pollMs;
+    backend.setResponder(() => 503);
+    await emit('h-1');
+    await backend.waitFor(1);
+    await settled();
+    await emit('h-2');
+    await emit('h-3');
+    await settled();
+    expect(backend.requests).toHaveLength(1); // held: no post per batch while the backend is down
+    expect(await pending()).toHaveLength(3); // in the table all the same
+    t.clock.advance(poll);
+    await emit('h-4'); // a poll interval on: this batch goes, as a probe
+    await backend.waitFor(2);
+    await settled();
+    expect(orgOf(backend.requests[1]!.rawBody.toString())).toBe('h-4');
+    backend.setResponder(undefined);
+    await emit('h-5'); // up again, but nothing has answered yet: held
+    await settled();
+    expect(backend.requests).toHaveLength(2);
+    t.clock.advance(poll);
+    await emit('h-6'); // the probe is answered: the hold ends and the held events go at once
+    await settled();
+    await settled();
+    const orgs = (r: { rawBody: Buffer }) => {
+      const body = JSON.parse(r.rawBody.toString()) as { data: { organizationId: string } } | { data: { organizationId: string } }[];
+      return (Array.isArray(body) ? body : [body]).map((e) => e.data.organizationId);
+    };
+    expect(backend.requests.slice(2).flatMap(orgs).sort()).toEqual(['h-2', 'h-3', 'h-5', 'h-6']);
+    // The two that failed wait for their backoff, then the poll posts them; fresh events post at once again.
+    expect((await pending()).length).toBe(2);
+    await emit('h-7');
+    await settled();
+    expect(orgs(backend.requests.at(-1)!)).toEqual(['h-7']);
+    t.clock.advance(30_000);
+    await relay().poll();
+    await settled();
+    expect(backend.requests.slice(2).flatMap(orgs).sort()).toEqual(['h-1', 'h-2', 'h-3', 'h-4', 'h-5', 'h-6', 'h-7']);
+    expect(await rows()).toEqual([]);
+  });
+
+  it('holds at most policy.events.held in memory; the rest wait in the table for the poll', async () => {
+    const policy = { ...DEFAULT_POLICY.events, held: { maxItems: 2, maxBytes: 1024 * 1024 } };
+    const own = new OutboxRelay(t.mta.context.stores.outbox, { secret: SECRET, policy }, t.clock, silentLogger, null);
+    own.start(`${backend.url}/webhooks/mta`);
+    const ownEmit = (org: string) => own.emit(MTA_EVENT.orgCircuitBreaker, breaker(org));
+    try {
+      backend.setResponder(() => 503);
+      t.clock.advance(policy.pollMs);
+      await ownEmit('m-1');
+      await backend.waitFor(1);
+      await own.settle();
+      for (const org of ['m-2', 'm-3', 'm-4']) await ownEmit(org);
+      await own.settle();
+      expect(backend.requests).toHaveLength(1);
+      backend.setResponder(undefined);
+      t.clock.advance(policy.pollMs);
+      await ownEmit('m-5'); // answered: the two held in memory go at once, m-4 waits for its lease
+      await own.settle();
+      const posted = () => backend.requests.slice(1).flatMap((r) => {
+        const body = JSON.parse(r.rawBody.toString()) as { data: { organizationId: string } } | { data: { organizationId: string } }[];
+        return (Array.isArray(body) ? body : [body]).map((e) => e.data.organizationId);
+      });
+      expect(posted().sort()).toEqual(['m-2', 'm-3', 'm-5']);
+      t.clock.advance(policy.leaseMs);
+      await own.poll();
+      // The suite's own relay polls the same table every second and may be the one to post them.
+      await eventually(() => posted().length >= 5);
+      await own.settle();
+      await settled();
+      expect(posted().sort()).toEqual(['m-1', 'm-2', 'm-3', 'm-4', 'm-5']);
+      expect(await rows()).toEqual([]);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  it('a 4xx is an answer: it starts no hold, and it ends one', async () => {
+    backend.setResponder(() => 400);
+    await emit('r-1');
+    await backend.waitFor(1);
+    await settled();
+    await emit('r-2'); // the backend answered: posted at once
+    await backend.waitFor(2);
+    await settled();
+    backend.setResponder(() => 503);
+    t.clock.advance(DEFAULT_POLICY.events.pollMs);
+    await emit('r-3');
+    await backend.waitFor(3);
+    await settled();
+    await emit('r-4'); // no answer: held
+    await settled();
+    expect(backend.requests).toHaveLength(3);
+    backend.setResponder(() => 400);
+    t.clock.advance(DEFAULT_POLICY.events.pollMs);
+    await emit('r-5'); // the probe is refused, so answered: the hold ends, r-4 goes
+    await backend.waitFor(5);
+    await settled();
+    expect(backend.requests.slice(3).map((r) => orgOf(r.rawBody.toString())).sort()).toEqual(['r-4', 'r-5']);
+    backend.setResponder(undefined);
+    t.clock.advance(30_000);
+    await relay().poll();
+    await settled();
     expect(await rows()).toEqual([]);
   });
 
@@ -209,6 +317,9 @@ describe('nothing is lost with the process', () => {
 describe('dead-letter queue (/dlq): dead rows of the outbox', () => {
   async function deadLetter(org: string): Promise<string> {
     backend.setResponder(() => 500);
+    // A poll interval on: an earlier test's failures left the relay holding fresh events, and
+    // this one must be posted (as a probe) to start its attempts now.
+    t.clock.advance(DEFAULT_POLICY.events.pollMs);
     await emit(org);
     await backend.waitFor(1);
     await settled();
@@ -225,7 +336,7 @@ describe('dead-letter queue (/dlq): dead rows of the outbox', () => {
   }
 
   it('takes an event after its last failed post, with its body, error and attempts', async () => {
-    const created = t.clock.now();
+    const created = t.clock.now() + DEFAULT_POLICY.events.pollMs; // deadLetter emits a poll interval on
     const id = await deadLetter('dl-a');
     const entry = (await t.call('GET', '/dlq')).body.data.find((e: any) => e.id === id);
     expect(entry).toMatchObject({ event: 'org.circuit_breaker', error: 'HTTP 500', attempts: 7, body: { id, event: 'org.circuit_breaker', data: { organizationId: 'dl-a' } }, createdAt: new Date(created).toISOString() });

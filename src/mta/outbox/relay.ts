@@ -9,6 +9,13 @@
  * at most 4 in flight). An array refused with a 4xx is posted event by event, so one event the
  * backend cannot take does not hold up the others.
  *
+ * While the backend does not answer (a refused or timed-out connection, a 5xx), fresh rows are
+ * not posted batch after batch: they are held (kept in memory up to `policy.held`; they are
+ * in the table, leased to this instance), and one batch per `pollMs` goes as a probe. The first
+ * answered post (2xx or 4xx) ends the hold and posts the held rows still leased to us; the
+ * poll takes the others when their lease ends. A backend that is down thus costs a probe a
+ * second, not a failed post per delivered batch.
+ *
  * Delivery is at least once (a post whose answer is lost is made again); the backend applies
  * each event id at most once, so effects happen exactly once.
  *
@@ -55,6 +62,8 @@ export class OutboxRelay implements MtaEvents {
   private target: { url: string; mailboxUrl: string; secret: string } | null = null;
   private started = false;
   private stopped = false;
+  /** Set while the backend does not answer: when the next probe may go, and the rows held meanwhile. */
+  private down: { probeAt: number; held: { e: OutboxEvent; at: number }[]; bytes: number } | null = null;
 
   constructor(
     private readonly store: OutboxStore,
@@ -130,7 +139,37 @@ export class OutboxRelay implements MtaEvents {
   /** Events this instance has just committed: post them now (they are leased to it). */
   written(events: readonly OutboxEvent[]): void {
     if (this.stopped || !this.target) return; // a later start (or another instance) takes them when the lease ends
+    const down = this.down;
+    if (down !== null) {
+      const now = this.clock.now();
+      if (now < down.probeAt) {
+        // Beyond the bounds the rows are only in the table: the poll takes them when their lease ends.
+        const { maxItems, maxBytes } = this.o.policy.held;
+        for (const e of events) {
+          if (down.held.length >= maxItems || down.bytes + e.body.length > maxBytes) continue;
+          down.held.push({ e, at: now });
+          down.bytes += e.body.length;
+        }
+        return;
+      }
+      down.probeAt = now + this.o.policy.pollMs;
+    }
     for (const e of events) void this.submit(e);
+  }
+
+  /** What a post's answer says about the backend: answered (ends a hold) or not (starts one). */
+  private noteAnswer(error: string | null): void {
+    // A 4xx is an answer too: the backend is up, and refused these events.
+    if (error !== null && !/^HTTP 4/.test(error)) {
+      this.down ??= { probeAt: this.clock.now() + this.o.policy.pollMs, held: [], bytes: 0 };
+      return;
+    }
+    const down = this.down;
+    if (down === null) return;
+    this.down = null;
+    // Rows whose lease may have ended are left to the poll, which may have taken them already.
+    const leasedSince = this.clock.now() - (this.o.policy.leaseMs - this.o.policy.pollMs);
+    for (const h of down.held) if (h.at > leasedSince) void this.submit(h.e);
   }
 
   private submit(e: OutboxEvent): Promise<void> {
@@ -196,6 +235,7 @@ export class OutboxRelay implements MtaEvents {
   private async post(batch: OutboxEvent[]): Promise<void> {
     const mailbox = batch[0]!.event === MAILBOX_DELIVERY;
     const sent = await this.send(batch.length === 1 ? batch[0]!.body : `[${batch.map((e) => e.body).join(',')}]`, mailbox ? this.target!.mailboxUrl : this.target!.url);
+    this.noteAnswer(sent.error);
     let error = sent.error;
     if (error === null && mailbox) error = await this.mailboxStored(batch[0]!, sent.text);
     try {
