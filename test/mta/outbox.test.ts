@@ -159,6 +159,31 @@ describe('posting', () => {
       await settled();
       expect(posted().sort()).toEqual(['m-1', 'm-2', 'm-3', 'm-4', 'm-5']);
       expect(await rows()).toEqual([]);
+
+      // A longer outage: rows past their lease leave the memory, so the latest are held.
+      backend.setResponder(() => 503);
+      t.clock.advance(policy.pollMs);
+      await ownEmit('n-1'); // the probe, unanswered: a hold starts
+      await own.settle();
+      await ownEmit('n-2');
+      await ownEmit('n-3'); // held: the bound is full
+      t.clock.advance(policy.leaseMs);
+      await ownEmit('n-4'); // a probe, unanswered
+      await own.settle();
+      await ownEmit('n-5'); // n-2 and n-3 are past their lease: dropped, n-5 is held
+      await own.settle();
+      const before = backend.requests.length;
+      backend.setResponder(undefined);
+      t.clock.advance(policy.pollMs);
+      await ownEmit('n-6'); // answered: n-5 goes at once
+      await own.settle();
+      expect(backend.requests.slice(before).flatMap((r) => {
+        const body = JSON.parse(r.rawBody.toString()) as { data: { organizationId: string } } | { data: { organizationId: string } }[];
+        return (Array.isArray(body) ? body : [body]).map((e) => e.data.organizationId);
+      }).filter((o) => o === 'n-5' || o === 'n-6').sort()).toEqual(['n-5', 'n-6']);
+      t.clock.advance(policy.leaseMs);
+      await own.poll();
+      await eventually(async () => (await rows()).length === 0);
     } finally {
       await own.stop();
     }

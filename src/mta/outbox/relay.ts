@@ -63,7 +63,7 @@ export class OutboxRelay implements MtaEvents {
   private started = false;
   private stopped = false;
   /** Set while the backend does not answer: when the next probe may go, and the rows held meanwhile. */
-  private down: { probeAt: number; held: { e: OutboxEvent; at: number }[]; bytes: number } | null = null;
+  private down: { probeAt: number; held: { e: OutboxEvent; at: number }[]; head: number; bytes: number } | null = null;
 
   constructor(
     private readonly store: OutboxStore,
@@ -143,10 +143,17 @@ export class OutboxRelay implements MtaEvents {
     if (down !== null) {
       const now = this.clock.now();
       if (now < down.probeAt) {
+        // Rows past their lease are the poll's now: dropped, so a long outage keeps its latest rows.
+        const cutoff = now - this.leaseLeft();
+        while (down.head < down.held.length && down.held[down.head]!.at <= cutoff) down.bytes -= down.held[down.head++]!.e.body.length;
+        if (down.head > 1024 && down.head * 2 > down.held.length) {
+          down.held = down.held.slice(down.head);
+          down.head = 0;
+        }
         // Beyond the bounds the rows are only in the table: the poll takes them when their lease ends.
         const { maxItems, maxBytes } = this.o.policy.held;
         for (const e of events) {
-          if (down.held.length >= maxItems || down.bytes + e.body.length > maxBytes) continue;
+          if (down.held.length - down.head >= maxItems || down.bytes + e.body.length > maxBytes) continue;
           down.held.push({ e, at: now });
           down.bytes += e.body.length;
         }
@@ -161,15 +168,20 @@ export class OutboxRelay implements MtaEvents {
   private noteAnswer(error: string | null): void {
     // A 4xx is an answer too: the backend is up, and refused these events.
     if (error !== null && !/^HTTP 4/.test(error)) {
-      this.down ??= { probeAt: this.clock.now() + this.o.policy.pollMs, held: [], bytes: 0 };
+      this.down ??= { probeAt: this.clock.now() + this.o.policy.pollMs, held: [], head: 0, bytes: 0 };
       return;
     }
     const down = this.down;
     if (down === null) return;
     this.down = null;
     // Rows whose lease may have ended are left to the poll, which may have taken them already.
-    const leasedSince = this.clock.now() - (this.o.policy.leaseMs - this.o.policy.pollMs);
-    for (const h of down.held) if (h.at > leasedSince) void this.submit(h.e);
+    const cutoff = this.clock.now() - this.leaseLeft();
+    for (let i = down.head; i < down.held.length; i++) if (down.held[i]!.at > cutoff) void this.submit(down.held[i]!.e);
+  }
+
+  /** How long a held row surely stays ours: its lease, less a poll interval of margin. */
+  private leaseLeft(): number {
+    return this.o.policy.leaseMs - this.o.policy.pollMs;
   }
 
   private submit(e: OutboxEvent): Promise<void> {
