@@ -26,6 +26,36 @@ function procTimes(): Map<number, { ppid: number; ms: number }> {
   return out;
 }
 
+/** CPU ms of one process so far (null when it has ended or cannot be read). */
+export function processCpuMs(pid: number | undefined): number | null {
+  if (!pid) return null;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(f[11]) + Number(f[12])) * TICK_MS;
+  } catch {
+    return null;
+  }
+}
+
+/** CPU ms of a Redis server so far (INFO cpu: used_cpu_user + used_cpu_sys), null when it does not answer. */
+export async function redisCpuMs(url: string | undefined): Promise<number | null> {
+  if (!url) return null;
+  const { Redis } = await import('ioredis');
+  const r = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  try {
+    await r.connect();
+    const info = await r.info('cpu');
+    const field = (name: string) => Number(new RegExp(`^${name}:([0-9.]+)`, 'm').exec(info)?.[1] ?? NaN);
+    const s = field('used_cpu_user') + field('used_cpu_sys');
+    return Number.isFinite(s) ? s * 1000 : null;
+  } catch {
+    return null;
+  } finally {
+    r.disconnect();
+  }
+}
+
 /** CPU ms per process of the PostgreSQL server whose data directory is `pgDir` (null when not readable). */
 export function postgresCpu(pgDir: string | undefined): Map<number, number> | null {
   if (!pgDir) return null;

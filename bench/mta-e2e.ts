@@ -149,6 +149,8 @@ export async function runEndToEnd(o: {
   root?: string;
   /** Redis for the product's coordination (REDIS_URL; unset: process memory). */
   redisUrl?: string;
+  /** The sink's process, for its CPU time (absent: not measured). */
+  sinkPid?: number;
 }): Promise<EndToEndResult> {
   // A database of its own per run (role all leaves every event recorded behind it).
   const scratch = await scratchDatabase(o.databaseUrl, 'lm_bench_e2e');
@@ -219,14 +221,14 @@ export async function runEndToEnd(o: {
     await postAll(client, warm, benchJobJson({ tag: `e2e-warm-${o.bytes}-${Date.now()}`, domains: o.domains, bodies }));
     await waitForSink(o.sinkCount, warmCount + warm);
     const startCount = o.sinkCount();
-    const meter = productCpuMeter(product, o.pgDir);
+    const meter = await productCpuMeter(product, { pgDir: o.pgDir, sinkPid: o.sinkPid, redisUrl: o.redisUrl });
     const start = performance.now();
     const tag = `e2e-${o.bytes}-${Date.now()}`;
     await postAll(client, o.n, benchJobJson({ tag, domains: o.domains, bodies }));
     const postMs = performance.now() - start;
     await waitForSink(o.sinkCount, startCount + o.n);
     const elapsedMs = performance.now() - start;
-    return { elapsedMs, postMs, rate: (o.n * 1000) / elapsedMs, cpu: meter.stop(o.n) };
+    return { elapsedMs, postMs, rate: (o.n * 1000) / elapsedMs, cpu: await meter.stop(o.n) };
   } finally {
     client.close();
     await product.stop();

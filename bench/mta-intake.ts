@@ -91,11 +91,11 @@ export async function runIntake(o: {
       const warm = `intake-warm-${o.bytes}`;
       await postAll(client, Math.min(1000, o.n), benchJobJson({ tag: warm, domains: o.domains, bodies }));
       const run = `intake-${o.bytes}`;
-      const meter = productCpuMeter(product, o.pgDir);
+      const meter = await productCpuMeter(product, { pgDir: o.pgDir });
       const t1 = performance.now();
       await postAll(client, o.n, benchJobJson({ tag: run, domains: o.domains, bodies }));
       const elapsedMs = performance.now() - t1;
-      return { baselineRate, rate: (o.n * 1000) / elapsedMs, elapsedMs, cpu: meter.stop(o.n) };
+      return { baselineRate, rate: (o.n * 1000) / elapsedMs, elapsedMs, cpu: await meter.stop(o.n) };
     } finally {
       client.close();
       await product.stop();

@@ -53,6 +53,7 @@ import type { DeliveryResult, DeliveryRoute, OutboundMessage } from '../src/mta/
 import { PgDkimKeyStore } from '../src/mta/stores/dkim.js';
 import { findFreePort, startDnsServer, type DnsRecord, type DnsServer } from '../test/harness/dns.js';
 import type { CpuPerUnit } from './product.js';
+import { processCpuMs } from './cpu.js';
 import { runSmtpSource, startPostfixSmtpSink, type PostfixSmtpSink } from '../test/harness/smtp-sink-postfix.js';
 
 const MODE = (process.env.BENCH_MODE ?? 'all') as 'engine' | 'intake' | 'e2e' | 'all' | 'none';
@@ -103,7 +104,22 @@ const ROUTES: DeliveryRoute[] = [
 ];
 
 const cpuText = (c: CpuPerUnit, per: string) =>
-  `CPU/${per}: ${fmt(c.processMs, 2)} ms the product's process (${fmt(c.processSystemMs, 2)} of it in the kernel)${c.postgresMs === null ? '' : ` + ${fmt(c.postgresMs, 2)} ms PostgreSQL`} + ${fmt(c.generatorMs, 2)} ms the generator`;
+  `CPU/${per}: ${fmt(c.processMs, 2)} ms the product's process (${fmt(c.processSystemMs, 2)} of it in the kernel)${c.postgresMs === null ? '' : ` + ${fmt(c.postgresMs, 2)} ms PostgreSQL`}` +
+  `${c.redisMs === null ? '' : ` + ${fmt(c.redisMs, 2)} ms Redis`} + ${fmt(c.generatorMs, 2)} ms the generator${c.sinkMs === null ? '' : ` + ${fmt(c.sinkMs, 2)} ms the sink`}`;
+/**
+ * What the two cores allow the engine at most: one signature (2 cores / the openssl ceiling)
+ * plus the sink's own CPU per message, and what a fraction 0.6 of the ceiling leaves for all
+ * the rest (MX, MIME, DKIM hashing, the SMTP client, provenance in PostgreSQL).
+ */
+function engineBound(rsaPerSec: number, sinkMs: number): string {
+  const signMs = 2000 / rsaPerSec;
+  const bound = 2000 / (signMs + sinkMs);
+  const left = 2000 / (0.6 * rsaPerSec) - signMs - sinkMs;
+  return (
+    `bound: a signature costs ${fmt(signMs, 3)} ms of a core and the sink ${fmt(sinkMs, 3)} ms, so two cores deliver at most ${fmt(bound)} msg/s ` +
+    `(${fmt(bound / rsaPerSec, 2)} of the RSA ceiling) with nothing else to do; at 0.6 of the ceiling, ${fmt(left, 3)} ms per message are left for everything else`
+  );
+}
 const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
 
 /** Closer to a real newsletter than htmlBody: words drawn from a large vocabulary, a random token per link (as tracking links carry). */
@@ -160,6 +176,8 @@ interface RunResult {
   firstFailure?: string;
   /** CPU time of this process (event loop and thread pool) per message. */
   cpuMsPerMessage?: number;
+  /** CPU time of the sink's process per message (null: not readable). */
+  sinkMsPerMessage?: number | null;
 }
 
 async function runEngine(opts: {
@@ -205,6 +223,7 @@ async function runEngine(opts: {
   let notSent = 0;
   let firstFailure: string | undefined;
   const cpu0 = process.cpuUsage();
+  const sink0 = processCpuMs(opts.sink.pid);
   const start = performance.now();
   await Promise.all(
     Array.from({ length: CONCURRENCY }, async () => {
@@ -222,8 +241,17 @@ async function runEngine(opts: {
   await opts.sink.waitForCount(base + opts.n - notSent, 60_000);
   const elapsedMs = performance.now() - start;
   const cpu = process.cpuUsage(cpu0);
+  const sink1 = processCpuMs(opts.sink.pid);
   await engine.close();
-  return { messages: opts.n, elapsedMs, rate: ((opts.n - notSent) * 1000) / elapsedMs, notSent, firstFailure, cpuMsPerMessage: (cpu.user + cpu.system) / 1000 / opts.n };
+  return {
+    messages: opts.n,
+    elapsedMs,
+    rate: ((opts.n - notSent) * 1000) / elapsedMs,
+    notSent,
+    firstFailure,
+    cpuMsPerMessage: (cpu.user + cpu.system) / 1000 / opts.n,
+    sinkMsPerMessage: sink0 === null || sink1 === null ? null : (sink1 - sink0) / opts.n,
+  };
 }
 
 async function main(): Promise<void> {
@@ -284,10 +312,15 @@ async function main(): Promise<void> {
     const source: Record<string, number> = {};
     for (const [label, bytes, n] of sizes) {
       const before = sink.count();
+      const sink0 = processCpuMs(sink.pid);
       const r = await runSmtpSource({ host: SINK_HOST, port, messages: n, sessions: 50, sizeBytes: bytes, reuseConnection: true, timeoutMs: 300_000 });
       await sink.waitForCount(before + n, 60_000);
+      const sink1 = processCpuMs(sink.pid);
       source[label] = r.rate;
-      console.log(`smtp-source → smtp-sink, ${label}: ${fmt(r.rate)} msg/s (${fmt(n)} in ${fmt(r.elapsedMs / 1000, 2)} s, 50 sessions)`);
+      console.log(
+        `smtp-source → smtp-sink, ${label}: ${fmt(r.rate)} msg/s (${fmt(n)} in ${fmt(r.elapsedMs / 1000, 2)} s, 50 sessions)` +
+          (sink0 === null || sink1 === null ? '' : `, ${fmt((sink1 - sink0) / n, 3)} ms CPU/msg in smtp-sink`),
+      );
     }
     console.log('');
 
@@ -301,9 +334,11 @@ async function main(): Promise<void> {
           `delivery engine, ${label}: ${fmt(r.rate)} msg/s accepted at sink, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)}` +
             `${r.notSent ? ` (${r.notSent} not sent: ${r.firstFailure})` : ''}` +
             `, ${fmt(r.cpuMsPerMessage ?? 0, 2)} ms CPU/msg in this process` +
+            (r.sinkMsPerMessage == null ? '' : ` + ${fmt(r.sinkMsPerMessage, 3)} ms in the sink`) +
             ` | ×${fmt(r.rate / source[label], 2)} of smtp-source→smtp-sink, ${fmt(r.rate / rsa, 2)} of the RSA ceiling` +
             ` | goal ${fmt(goals[label])} msg/s: ${r.rate >= goals[label] ? 'met' : 'NOT met'}`,
         );
+        if (r.sinkMsPerMessage != null && bytes === 5 * 1024) console.log(`  ${engineBound(rsa, r.sinkMsPerMessage)}`);
       }
     }
     if (MODE === 'intake' || MODE === 'all') {
@@ -363,7 +398,7 @@ async function main(): Promise<void> {
         }
         if (!e2e) continue;
         for (const role of E2E_ROLES) {
-          const run = (root?: string) => mod!.runEndToEnd({ databaseUrl: url!, dns: dns!, sinkPort: port, sinkHost: SINK_HOST, sinkCount: () => sink!.count(), rsaPem, n, bytes, domains: DOMAINS, html: BODY, role, pgDir, root });
+          const run = (root?: string) => mod!.runEndToEnd({ databaseUrl: url!, dns: dns!, sinkPort: port, sinkHost: SINK_HOST, sinkCount: () => sink!.count(), rsaPem, n, bytes, domains: DOMAINS, html: BODY, role, pgDir, root, sinkPid: sink!.pid });
           let old: Awaited<ReturnType<typeof run>> | undefined;
           if (OLD_ROOT) {
             old = await run(OLD_ROOT);
@@ -371,7 +406,7 @@ async function main(): Promise<void> {
           }
           const r = await run();
           if (REDIS_URL && role === 'mta') {
-            const fleet = await mod!.runEndToEnd({ databaseUrl: url!, dns: dns!, sinkPort: port, sinkHost: SINK_HOST, sinkCount: () => sink!.count(), rsaPem, n, bytes, domains: DOMAINS, html: BODY, role, pgDir, redisUrl: REDIS_URL });
+            const fleet = await mod!.runEndToEnd({ databaseUrl: url!, dns: dns!, sinkPort: port, sinkHost: SINK_HOST, sinkCount: () => sink!.count(), rsaPem, n, bytes, domains: DOMAINS, html: BODY, role, pgDir, redisUrl: REDIS_URL, sinkPid: sink!.pid });
             (ratios['redis/memory mta'] ??= []).push(fleet.rate / r.rate);
             console.log(
               `end to end, role mta with REDIS_URL (Redis coordination), ${label}: ${fmt(fleet.rate)} msg/s, drain ${fmt(fleet.elapsedMs / 1000, 2)} s for ${fmt(n)}, ${cpuText(fleet.cpu, 'msg')} | ×${fmt(fleet.rate / r.rate, 2)} of the memory-coordination run just before (goal ≥ 0.9)`,

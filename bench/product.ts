@@ -7,7 +7,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import pg from 'pg';
 import { withDatabase } from '../src/shared/db/pool.js';
-import { cpuMeter } from './cpu.js';
+import { cpuMeter, processCpuMs, redisCpuMs } from './cpu.js';
 import { createWriteStream, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -111,27 +111,47 @@ export async function scratchDatabase(serverUrl: string, prefix: string): Promis
   return { url: withDatabase(serverUrl, name), drop: () => admin(serverUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => {}) };
 }
 
-/** CPU per unit of work: the product's process (and its kernel part), PostgreSQL's and the generator's (this process). */
+/** CPU per unit of work: the product's process (and its kernel part), PostgreSQL's, the generator's (this process), and when measured the sink's and Redis's. */
 export interface CpuPerUnit {
   processMs: number;
   processSystemMs: number;
   postgresMs: number | null;
   generatorMs: number;
+  /** The SMTP sink's process (null: not measured). */
+  sinkMs: number | null;
+  /** The Redis server of the product's coordination (null: none, or not measured). */
+  redisMs: number | null;
 }
 
-/** Starts measuring CPU of the product, PostgreSQL (`pgDir`) and this process; `stop(n)` divides by n units. */
-export function productCpuMeter(product: Product, pgDir: string | undefined): { stop(n: number): CpuPerUnit } {
-  const meter = cpuMeter(pgDir);
+export interface CpuMeterTargets {
+  /** The embedded PostgreSQL's data directory. */
+  pgDir?: string;
+  /** The sink's process id. */
+  sinkPid?: number;
+  /** The Redis server's URL (its INFO cpu). */
+  redisUrl?: string;
+}
+
+/** Starts measuring CPU of the product, this process and the targets given; `stop(n)` divides by n units. */
+export async function productCpuMeter(product: Product, t: CpuMeterTargets = {}): Promise<{ stop(n: number): Promise<CpuPerUnit> }> {
+  const redis0 = await redisCpuMs(t.redisUrl);
+  const sink0 = processCpuMs(t.sinkPid);
+  const meter = cpuMeter(t.pgDir);
   const p0 = product.cpuMs();
+  const delta = (a: number | null, b: number | null, n: number) => (a === null || b === null ? null : (b - a) / n);
   return {
-    stop(n) {
+    async stop(n) {
       const p1 = product.cpuMs();
       const c = meter.stop();
+      const sink1 = processCpuMs(t.sinkPid);
+      const redis1 = await redisCpuMs(t.redisUrl);
       return {
         processMs: (p1.total - p0.total) / n,
         processSystemMs: (p1.system - p0.system) / n,
         postgresMs: c.postgresMs === null ? null : c.postgresMs / n,
         generatorMs: c.processMs / n,
+        sinkMs: delta(sink0, sink1, n),
+        redisMs: delta(redis0, redis1, n),
       };
     },
   };

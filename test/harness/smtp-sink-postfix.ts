@@ -32,6 +32,8 @@ export interface StartPostfixSmtpSinkOptions {
 export interface PostfixSmtpSink {
   host: string;
   port: number;
+  /** smtp-sink's process id (benchmarks read its CPU time). */
+  pid: number | undefined;
   /** Messages received so far ("." seen), from smtp-sink's `-c` counter. */
   count(): number;
   /** SMTP sessions seen so far (includes the harness's own readiness probe). */
@@ -136,6 +138,7 @@ export async function startPostfixSmtpSink(opts: StartPostfixSmtpSinkOptions = {
   return {
     host,
     port,
+    pid: proc.pid,
     count: () => counters.mesg,
     sessions: () => counters.sess,
     async waitForCount(n, timeoutMs = 30_000) {
