@@ -10,15 +10,16 @@ import { join } from 'node:path';
 
 const TICK_MS = 10; // USER_HZ is 100 on Linux.
 
-function procTimes(): Map<number, { ppid: number; ms: number }> {
-  const out = new Map<number, { ppid: number; ms: number }>();
+/** Per process: its parent, its own CPU ms, and the CPU ms of the children it has reaped. */
+function procTimes(): Map<number, { ppid: number; ms: number; reapedMs: number }> {
+  const out = new Map<number, { ppid: number; ms: number; reapedMs: number }>();
   for (const name of readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
     try {
       const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
       // Fields after the command (which may contain spaces) start at state: ppid is 2nd, utime 12th, stime 13th.
       const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      out.set(Number(name), { ppid: Number(f[1]), ms: (Number(f[11]) + Number(f[12])) * TICK_MS });
+      out.set(Number(name), { ppid: Number(f[1]), ms: (Number(f[11]) + Number(f[12])) * TICK_MS, reapedMs: (Number(f[13]) + Number(f[14])) * TICK_MS });
     } catch {
       // The process ended meanwhile.
     }
@@ -54,6 +55,59 @@ export async function redisCpuMs(url: string | undefined): Promise<number | null
   } finally {
     r.disconnect();
   }
+}
+
+/**
+ * CPU ms so far of the process trees under `roots`: each live process's own time plus what
+ * the children it has reaped used (a Postfix daemon that exited is in its master's), so
+ * processes that come and go during a run are counted. Null when no root is alive.
+ */
+export function treeCpuMs(roots: readonly (number | undefined)[]): number | null {
+  const all = procTimes();
+  const inTree = new Set<number>(roots.filter((r): r is number => r !== undefined && all.has(r)));
+  if (inTree.size === 0) return null;
+  // Parents before children is not guaranteed by pid order: repeat until no process joins.
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const [pid, p] of all) {
+      if (inTree.has(pid) || !inTree.has(p.ppid)) continue;
+      inTree.add(pid);
+      grew = true;
+    }
+  }
+  let ms = 0;
+  for (const pid of inTree) ms += all.get(pid)!.ms + all.get(pid)!.reapedMs;
+  return ms;
+}
+
+/** CPU ms of the children this process has reaped (the smtp-source runs that fed a peer). */
+export function reapedChildrenCpuMs(): number {
+  return procTimes().get(process.pid)?.reapedMs ?? 0;
+}
+
+/** CPU per message of a peer MTA: its processes, the smtp-source runs that fed it, the sink. */
+export interface PeerCpu {
+  peerMs: number | null;
+  generatorMs: number;
+  sinkMs: number | null;
+}
+
+/** Starts measuring a peer (its root processes) with its generator and sink; `stop(n)` divides by n messages. */
+export function peerCpuMeter(roots: readonly (number | undefined)[], sinkPid: number | undefined): { stop(n: number): PeerCpu } {
+  const peer0 = treeCpuMs(roots);
+  const gen0 = reapedChildrenCpuMs();
+  const sink0 = processCpuMs(sinkPid);
+  return {
+    stop(n) {
+      const peer1 = treeCpuMs(roots);
+      const sink1 = processCpuMs(sinkPid);
+      return {
+        peerMs: peer0 === null || peer1 === null ? null : (peer1 - peer0) / n,
+        generatorMs: (reapedChildrenCpuMs() - gen0) / n,
+        sinkMs: sink0 === null || sink1 === null ? null : (sink1 - sink0) / n,
+      };
+    },
+  };
 }
 
 /** CPU ms per process of the PostgreSQL server whose data directory is `pgDir` (null when not readable). */

@@ -16,6 +16,7 @@ import { join } from 'node:path';
 import { findBinary, findFreePort, killProcess, pollUntil, spawnDaemon, StopPolling, tailLines, type DnsServer } from '../test/harness/dns.js';
 import { probeGreeting, runSmtpSource, startPostfixSmtpSink } from '../test/harness/smtp-sink-postfix.js';
 import { dkimpyVerify } from '../test/mta/delivery/dkimpy.js';
+import { peerCpuMeter, type PeerCpu } from './cpu.js';
 import { runPostfixRelay } from './mta-postfix.js';
 
 export const SIGN_DOMAIN = 'sender.bench.test';
@@ -26,6 +27,8 @@ const HARAKA_HOST = '127.0.0.21';
 export interface PeerRun {
   rate: number;
   elapsedMs: number;
+  /** CPU per message of the peer's processes, of the smtp-source runs that fed it and of the sink. */
+  cpu: PeerCpu;
 }
 export type Peer = (o: {
   sinkHost: string;
@@ -35,6 +38,8 @@ export type Peer = (o: {
   sizeBytes: number;
   /** Messages relayed before the clock starts, as our own runs do (bench/mta-e2e.ts WARMUP). */
   warmup?: number;
+  /** The sink's process, for its CPU time. */
+  sinkPid?: number;
 }) => Promise<PeerRun>;
 
 /** Waits until the sink has counted `target` messages (10 minutes at most). */
@@ -47,7 +52,7 @@ async function drained(count: () => number, target: number, what: string): Promi
 }
 
 /** OpenDKIM (Debian `opendkim`) in the foreground as a milter on loopback, signing every message from SIGN_DOMAIN. */
-async function startOpenDkim(rsaPem: string): Promise<{ milter: string; stop(): Promise<void> }> {
+async function startOpenDkim(rsaPem: string): Promise<{ milter: string; pid: number | undefined; stop(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), 'lm-bench-opendkim-'));
   const port = await findFreePort('127.0.0.1');
   writeFileSync(join(dir, 'key.pem'), rsaPem, { mode: 0o600 });
@@ -86,6 +91,7 @@ async function startOpenDkim(rsaPem: string): Promise<{ milter: string; stop(): 
   }
   return {
     milter: `inet:127.0.0.1:${port}`,
+    pid: child.pid,
     async stop() {
       await killProcess(child);
       rmSync(dir, { recursive: true, force: true });
@@ -109,7 +115,7 @@ export function postfixOpenDkim(rsaPem: string): Peer {
   return async (o) => {
     const dkim = await startOpenDkim(rsaPem);
     try {
-      return await runPostfixRelay({ ...o, milter: dkim.milter, from: FROM });
+      return await runPostfixRelay({ ...o, milter: dkim.milter, from: FROM, helperPids: dkim.pid === undefined ? [] : [dkim.pid] });
     } finally {
       await dkim.stop();
     }
@@ -183,11 +189,12 @@ export function haraka(harakaBin: string, rsaPem: string): Peer {
         await drained(o.sinkCount, before + warm, 'haraka (warm-up)');
       }
       const base = o.sinkCount();
+      const meter = peerCpuMeter([child.pid], o.sinkPid);
       const start = performance.now();
       await feed(o.messages);
       await drained(o.sinkCount, base + o.messages, 'haraka');
       const elapsedMs = performance.now() - start;
-      return { rate: (o.messages * 1000) / elapsedMs, elapsedMs };
+      return { rate: (o.messages * 1000) / elapsedMs, elapsedMs, cpu: meter.stop(o.messages) };
     } finally {
       await killProcess(child, 5_000);
       if (!process.env.BENCH_KEEP_POSTFIX) rmSync(dir, { recursive: true, force: true });

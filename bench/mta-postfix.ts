@@ -7,11 +7,12 @@
  * root (Postfix's master runs as root).
  */
 import { execFile } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findBinary, findFreePort } from '../test/harness/dns.js';
 import { runSmtpSource } from '../test/harness/smtp-sink-postfix.js';
+import { peerCpuMeter, type PeerCpu } from './cpu.js';
 
 export const HOST = '127.0.0.20';
 
@@ -59,7 +60,11 @@ export async function runPostfixRelay(o: {
   from?: string;
   /** Messages relayed before the clock starts (the same treatment as every system in the run). */
   warmup?: number;
-}): Promise<{ rate: number; elapsedMs: number }> {
+  /** The sink's process, for its CPU time. */
+  sinkPid?: number;
+  /** Processes that work for this Postfix (the milter), counted with it. */
+  helperPids?: number[];
+}): Promise<{ rate: number; elapsedMs: number; cpu: PeerCpu }> {
   const postfix = findBinary('postfix');
   const dir = mkdtempSync(join(tmpdir(), 'lm-bench-postfix-'));
   const etc = join(dir, 'etc');
@@ -122,10 +127,13 @@ export async function runPostfixRelay(o: {
     };
     const warm = Math.min(o.warmup ?? 0, o.messages);
     if (warm > 0) await relay(warm);
+    // master.pid holds the pid right-aligned in a fixed-width field.
+    const master = Number(readFileSync(join(dir, 'spool', 'pid', 'master.pid'), 'utf8').trim());
+    const meter = peerCpuMeter([master, ...(o.helperPids ?? [])], o.sinkPid);
     const start = performance.now();
     await relay(o.messages);
     const elapsedMs = performance.now() - start;
-    return { rate: (o.messages * 1000) / elapsedMs, elapsedMs };
+    return { rate: (o.messages * 1000) / elapsedMs, elapsedMs, cpu: meter.stop(o.messages) };
   } finally {
     await run(postfix, ['-c', etc, 'stop']).catch(() => {});
     await new Promise((r) => setTimeout(r, 500));

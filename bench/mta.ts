@@ -53,7 +53,7 @@ import type { DeliveryResult, DeliveryRoute, OutboundMessage } from '../src/mta/
 import { PgDkimKeyStore } from '../src/mta/stores/dkim.js';
 import { findFreePort, startDnsServer, type DnsRecord, type DnsServer } from '../test/harness/dns.js';
 import type { CpuPerUnit } from './product.js';
-import { processCpuMs } from './cpu.js';
+import { processCpuMs, type PeerCpu } from './cpu.js';
 import { runSmtpSource, startPostfixSmtpSink, type PostfixSmtpSink } from '../test/harness/smtp-sink-postfix.js';
 
 const MODE = (process.env.BENCH_MODE ?? 'all') as 'engine' | 'intake' | 'e2e' | 'all' | 'none';
@@ -106,6 +106,9 @@ const ROUTES: DeliveryRoute[] = [
 const cpuText = (c: CpuPerUnit, per: string) =>
   `CPU/${per}: ${fmt(c.processMs, 2)} ms the product's process (${fmt(c.processSystemMs, 2)} of it in the kernel)${c.postgresMs === null ? '' : ` + ${fmt(c.postgresMs, 2)} ms PostgreSQL`}` +
   `${c.redisMs === null ? '' : ` + ${fmt(c.redisMs, 2)} ms Redis`} + ${fmt(c.generatorMs, 2)} ms the generator${c.sinkMs === null ? '' : ` + ${fmt(c.sinkMs, 2)} ms the sink`}`;
+const peerCpuText = (c: PeerCpu) =>
+  `CPU/msg: ${c.peerMs === null ? '?' : fmt(c.peerMs, 2)} ms the peer's processes + ${fmt(c.generatorMs, 2)} ms the generator (smtp-source)${c.sinkMs === null ? '' : ` + ${fmt(c.sinkMs, 2)} ms the sink`}`;
+
 /**
  * What the two cores allow the engine at most: one signature (2 cores / the openssl ceiling)
  * plus the sink's own CPU per message, and what a fraction 0.6 of the ceiling leaves for all
@@ -381,18 +384,20 @@ async function main(): Promise<void> {
       for (let pair = 1; pair <= (e2e ? PAIRS : 1); pair++) {
         const peerRates: Record<string, number> = {};
         for (const [name, peer] of peers) {
-          const r = await peer({ sinkHost: SINK_HOST, sinkPort: port, sinkCount: () => sink!.count(), messages: n, sizeBytes: bytes, warmup });
+          const r = await peer({ sinkHost: SINK_HOST, sinkPort: port, sinkCount: () => sink!.count(), messages: n, sizeBytes: bytes, warmup, sinkPid: sink!.pid });
           peerRates[name] = r.rate;
-          console.log(`${name} (smtp-source → peer → smtp-sink, DKIM RSA-2048), ${label}${PAIRS > 1 ? `, pair ${pair}` : ''}: ${fmt(r.rate)} msg/s, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)}`);
+          console.log(
+            `${name} (smtp-source → peer → smtp-sink, DKIM RSA-2048), ${label}${PAIRS > 1 ? `, pair ${pair}` : ''}: ${fmt(r.rate)} msg/s, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)}, ${peerCpuText(r.cpu)}`,
+          );
         }
         let pf: number | undefined;
         if (postfix) {
-          const r = await postfix.runPostfixRelay({ sinkHost: SINK_HOST, sinkPort: port, sinkCount: () => sink!.count(), messages: n, sizeBytes: bytes, warmup });
+          const r = await postfix.runPostfixRelay({ sinkHost: SINK_HOST, sinkPort: port, sinkCount: () => sink!.count(), messages: n, sizeBytes: bytes, warmup, sinkPid: sink!.pid });
           pf = r.rate;
           const engine = ours[label].engine;
           if (engine !== undefined) ratios.engine.push(engine / pf);
           console.log(
-            `Postfix relay (smtp-source → postfix → smtp-sink, NO DKIM), ${label}${PAIRS > 1 ? `, pair ${pair}` : ''}: ${fmt(r.rate)} msg/s, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)}` +
+            `Postfix relay (smtp-source → postfix → smtp-sink, NO DKIM), ${label}${PAIRS > 1 ? `, pair ${pair}` : ''}: ${fmt(r.rate)} msg/s, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)}, ${peerCpuText(r.cpu)}` +
               (engine !== undefined ? `; delivery engine ×${fmt(engine / pf, 2)} of Postfix` : ''),
           );
         }
