@@ -18,7 +18,10 @@
  *       that sign as we do: Postfix + OpenDKIM milter and Haraka + its dkim plugin (RSA-2048,
  *       the bench's key), each verified with dkimpy on a sample first (bench/mta-peers.ts).
  * Figures are accepted-at-sink messages per second and drain time, with ratios to the
- * baselines measured in the same run.
+ * baselines measured in the same run, and every process's CPU per message (bench/cpu.ts): ours
+ * (product, PostgreSQL, Redis, generator), each peer's process tree, its smtp-source feed, and the
+ * sink; the CPU ratios (a peer's processes against our product + PostgreSQL) move less than the
+ * rates on a shared two-core machine.
  *
  * Environment: BENCH_MODE (engine | intake | e2e | all | none; default all), BENCH_N_5K (20000),
  * BENCH_N_100K (6000), BENCH_DOMAINS (50), BENCH_CONCURRENCY (150), BENCH_CLIENTS (32, the
@@ -32,7 +35,8 @@
  * also the DKIM-signing peers of bench/mta-peers.ts; 0: Postfix bare only), BENCH_HARAKA_DIR (where
  * Haraka is npm-installed at bench time; default a temp dir), BENCH_REDIS_URL (role mta also with
  * REDIS_URL set, paired with its memory-coordination run), BENCH_OLD_ROOT (a built checkout
- * of an older commit: each end-to-end run is paired with the same run of it, new/old ratios printed). Runs under the same node flags as
+ * of an older commit: each end-to-end run is paired with the same run of it, new/old ratios printed), BENCH_GENERATOR (raw:
+ * prebuilt requests on raw keep-alive connections, default; node: Node's http client). Runs under the same node flags as
  * `npm start`.
  */
 import { execFile } from 'node:child_process';
