@@ -1,7 +1,8 @@
 /**
- * CPU accounting for benchmarks on Linux: this process (event loop and thread pool) and a
+ * CPU accounting for benchmarks on Linux: this process (event loop and thread pool), a
  * PostgreSQL server's processes (postmaster and its children, found through postmaster.pid),
- * so a figure can say where the CPU time per message went. Backends that exit during the
+ * one process (the sink), a process tree (a peer MTA) and a Redis server (INFO cpu), so a
+ * figure can say where the CPU time per message went. Backends that exit during the
  * interval are missed (their time since the start is lost); the benchmarks keep pooled
  * connections open, so that is rare.
  */
@@ -10,33 +11,40 @@ import { join } from 'node:path';
 
 const TICK_MS = 10; // USER_HZ is 100 on Linux.
 
-/** Per process: its parent, its own CPU ms, and the CPU ms of the children it has reaped. */
-function procTimes(): Map<number, { ppid: number; ms: number; reapedMs: number }> {
-  const out = new Map<number, { ppid: number; ms: number; reapedMs: number }>();
+interface ProcTimes {
+  ppid: number;
+  /** Its own CPU ms. */
+  ms: number;
+  /** CPU ms of the children it has reaped. */
+  reapedMs: number;
+}
+
+/** One process's times (null when it has ended or cannot be read). */
+function statOf(pid: number): ProcTimes | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command (which may contain spaces) start at state: ppid is 2nd, utime
+    // 12th, stime 13th, cutime 14th, cstime 15th.
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return { ppid: Number(f[1]), ms: (Number(f[11]) + Number(f[12])) * TICK_MS, reapedMs: (Number(f[13]) + Number(f[14])) * TICK_MS };
+  } catch {
+    return null;
+  }
+}
+
+function procTimes(): Map<number, ProcTimes> {
+  const out = new Map<number, ProcTimes>();
   for (const name of readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
-      // Fields after the command (which may contain spaces) start at state: ppid is 2nd, utime 12th, stime 13th.
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      out.set(Number(name), { ppid: Number(f[1]), ms: (Number(f[11]) + Number(f[12])) * TICK_MS, reapedMs: (Number(f[13]) + Number(f[14])) * TICK_MS });
-    } catch {
-      // The process ended meanwhile.
-    }
+    const t = statOf(Number(name));
+    if (t) out.set(Number(name), t);
   }
   return out;
 }
 
 /** CPU ms of one process so far (null when it has ended or cannot be read). */
 export function processCpuMs(pid: number | undefined): number | null {
-  if (!pid) return null;
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(f[11]) + Number(f[12])) * TICK_MS;
-  } catch {
-    return null;
-  }
+  return pid ? (statOf(pid)?.ms ?? null) : null;
 }
 
 /** CPU ms of a Redis server so far (INFO cpu: used_cpu_user + used_cpu_sys), null when it does not answer. */
@@ -82,7 +90,7 @@ export function treeCpuMs(roots: readonly (number | undefined)[]): number | null
 
 /** CPU ms of the children this process has reaped (the smtp-source runs that fed a peer). */
 export function reapedChildrenCpuMs(): number {
-  return procTimes().get(process.pid)?.reapedMs ?? 0;
+  return statOf(process.pid)?.reapedMs ?? 0;
 }
 
 /** CPU per message of a peer MTA: its processes, the smtp-source runs that fed it, the sink. */
