@@ -17,10 +17,10 @@
  * answered. It shares the two cores with the product, PostgreSQL and the sink, as a client
  * on the same machine would; its CPU is reported apart.
  */
+import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { Agent, createServer, request } from 'node:http';
 import { connect as netConnect, type AddressInfo, type Socket } from 'node:net';
-import { once } from 'node:events';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { productCpuMeter, scratchDatabase, startProduct, type CpuPerUnit } from './product.js';
@@ -170,6 +170,8 @@ const GENERATOR = process.env.BENCH_GENERATOR === 'node' ? 'node' : 'raw';
 /** Posts jobs 0…n-1 with CLIENTS clients in parallel; resolves when every one was answered 202. */
 export async function postAll(client: ReturnType<typeof jsonClient>, n: number, job: (i: number) => Buffer[]): Promise<void> {
   let next = 0;
+  const connections: GeneratorConnection[] = [];
+  // One sender per client: Node's client (its Agent's sockets), or a connection of our own.
   const post =
     GENERATOR === 'node'
       ? () => (pieces: Buffer[]) => client.call('POST', '/send', pieces)
@@ -179,7 +181,6 @@ export async function postAll(client: ReturnType<typeof jsonClient>, n: number, 
           const prefix = `POST /send HTTP/1.1\r\nHost: ${client.url.host}\r\nAuthorization: Bearer ${client.key}\r\nContent-Type: application/json\r\nContent-Length: `;
           return (pieces: Buffer[]) => c.request(Buffer.from(`${prefix}${pieces.reduce((a, b) => a + b.length, 0)}\r\n\r\n`, 'latin1'), pieces);
         };
-  const connections: GeneratorConnection[] = [];
   try {
     await Promise.all(
       Array.from({ length: CLIENTS }, async () => {
