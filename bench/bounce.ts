@@ -17,7 +17,7 @@
  * Runs on an embedded PostgreSQL in a temporary directory, or DATABASE_URL's server.
  */
 import { fork } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,6 +30,7 @@ import { startLettermill } from '../src/runtime/boot.js';
 import { parseReport } from '../src/shared/mail/bounce/parse.js';
 import { systemClock } from '../src/shared/clock.js';
 import { startBareSmtp } from './smtp-load.js';
+import { postgresCpuMs } from './cpu.js';
 
 const N = Number(process.env.BENCH_REPORTS ?? 2_000);
 const CONNECTIONS = 8;
@@ -125,27 +126,10 @@ async function send(port: number, messages: Message[]): Promise<{ rate: number; 
 
 type Push = { port: number; from: number; to: number };
 
-/**
- * CPU seconds of the embedded PostgreSQL (its postmaster and the processes it forked), from
- * /proc; null with DATABASE_URL's server or without /proc. Backends that exit are not counted
- * (the pool keeps its connections through a run).
- */
+/** CPU seconds of the embedded PostgreSQL (null with DATABASE_URL's server or without /proc). */
 function postgresCpuSeconds(dataDir: string): number | null {
-  const pidFile = join(dataDir, 'pg', 'postmaster.pid');
-  if (!existsSync(pidFile) || !existsSync('/proc/self/stat')) return null;
-  const root = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
-  let ticks = 0;
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (Number(d) === root || Number(f[1]) === root) ticks += Number(f[11]) + Number(f[12]); // utime, stime (after pid, comm)
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return ticks / 100; // USER_HZ
+  const ms = postgresCpuMs(join(dataDir, 'pg'));
+  return ms === null ? null : ms / 1000;
 }
 
 /**

@@ -1,10 +1,8 @@
 /**
  * CPU accounting for benchmarks on Linux: this process (event loop and thread pool), a
- * PostgreSQL server's processes (postmaster and its children, found through postmaster.pid),
- * one process (the sink), a process tree (a peer MTA) and a Redis server (INFO cpu), so a
- * figure can say where the CPU time per message went. Backends that exit during the
- * interval are missed (their time since the start is lost); the benchmarks keep pooled
- * connections open, so that is rare.
+ * PostgreSQL server's processes (postmaster and its children, found through postmaster.pid,
+ * by kind, with the children it has reaped), one process (the sink), a process tree (a peer
+ * MTA) and a Redis server (INFO cpu), so a figure can say where the CPU time per message went.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -118,8 +116,30 @@ export function peerCpuMeter(roots: readonly (number | undefined)[], sinkPid: nu
   };
 }
 
-/** CPU ms per process of the PostgreSQL server whose data directory is `pgDir` (null when not readable). */
-export function postgresCpu(pgDir: string | undefined): Map<number, number> | null {
+/** One PostgreSQL process: its kind and its own CPU ms so far. */
+interface PostgresProcess {
+  kind: string;
+  ms: number;
+}
+
+/** The postmaster and what it forked, by the title each sets (`postgres: walwriter`, `postgres: user db host idle`). */
+function postgresKind(pid: number, master: number): string {
+  if (pid === master) return 'postmaster';
+  try {
+    const title = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
+    const m = /^postgres: (checkpointer|background writer|walwriter|autovacuum launcher|autovacuum worker|logical replication launcher|archiver|startup|walsender)/.exec(title);
+    return m ? m[1]! : 'backends';
+  } catch {
+    return 'backends';
+  }
+}
+
+/**
+ * The processes of the PostgreSQL server whose data directory is `pgDir` (null when not
+ * readable), and the CPU ms of the children its postmaster has reaped: autovacuum workers
+ * live seconds, and their time is only there once they have exited.
+ */
+function postgresProcesses(pgDir: string | undefined): { processes: Map<number, PostgresProcess>; reapedMs: number } | null {
   if (!pgDir) return null;
   let master: number;
   try {
@@ -127,26 +147,58 @@ export function postgresCpu(pgDir: string | undefined): Map<number, number> | nu
   } catch {
     return null;
   }
-  const out = new Map<number, number>();
-  for (const [pid, p] of procTimes()) if (pid === master || p.ppid === master) out.set(pid, p.ms);
-  return out;
+  const processes = new Map<number, PostgresProcess>();
+  let reapedMs = 0;
+  for (const [pid, p] of procTimes()) {
+    if (pid === master) reapedMs = p.reapedMs;
+    if (pid === master || p.ppid === master) processes.set(pid, { kind: postgresKind(pid, master), ms: p.ms });
+  }
+  return processes.size === 0 ? null : { processes, reapedMs };
 }
 
-/** Starts a measurement; `stop()` gives CPU ms of this process and of PostgreSQL since. */
-export function cpuMeter(pgDir: string | undefined): { stop(): { processMs: number; postgresMs: number | null } } {
+/**
+ * CPU ms so far of a PostgreSQL server: its processes and those that have exited (null when
+ * not readable). It only grows, so a difference of two readings is exact.
+ */
+export function postgresCpuMs(pgDir: string | undefined): number | null {
+  const pg = postgresProcesses(pgDir);
+  if (!pg) return null;
+  let ms = pg.reapedMs;
+  for (const p of pg.processes.values()) ms += p.ms;
+  return ms;
+}
+
+/** CPU ms of PostgreSQL between two readings, by process kind; processes that exited meanwhile are "exited". */
+function postgresDelta(
+  a: NonNullable<ReturnType<typeof postgresProcesses>>,
+  b: NonNullable<ReturnType<typeof postgresProcesses>>,
+): { total: number; byKind: Record<string, number> } {
+  const byKind: Record<string, number> = {};
+  let total = 0;
+  for (const [pid, p] of b.processes) {
+    const ms = p.ms - (a.processes.get(pid)?.ms ?? 0);
+    byKind[p.kind] = (byKind[p.kind] ?? 0) + ms;
+    total += ms;
+  }
+  // What the exited used after the first reading: all their time, less what it had seen.
+  let exited = b.reapedMs - a.reapedMs;
+  for (const [pid, p] of a.processes) if (!b.processes.has(pid)) exited -= p.ms;
+  if (exited !== 0) byKind.exited = exited;
+  return { total: total + exited, byKind };
+}
+
+/** Starts a measurement; `stop()` gives CPU ms of this process and of PostgreSQL (in all and by process kind) since. */
+export function cpuMeter(pgDir: string | undefined): {
+  stop(): { processMs: number; postgresMs: number | null; postgresByKind: Record<string, number> | null };
+} {
   const p0 = process.cpuUsage();
-  const pg0 = postgresCpu(pgDir);
+  const pg0 = postgresProcesses(pgDir);
   return {
     stop() {
       const p = process.cpuUsage(p0);
-      const pg1 = postgresCpu(pgDir);
-      let postgresMs: number | null = null;
-      if (pg0 && pg1) {
-        // Per process: a backend that exited meanwhile must not subtract its earlier total.
-        postgresMs = 0;
-        for (const [pid, ms] of pg1) postgresMs += ms - (pg0.get(pid) ?? 0);
-      }
-      return { processMs: (p.user + p.system) / 1000, postgresMs };
+      const pg1 = postgresProcesses(pgDir);
+      const pg = pg0 && pg1 ? postgresDelta(pg0, pg1) : null;
+      return { processMs: (p.user + p.system) / 1000, postgresMs: pg?.total ?? null, postgresByKind: pg?.byKind ?? null };
     },
   };
 }

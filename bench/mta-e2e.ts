@@ -24,6 +24,7 @@ import { connect as netConnect, type AddressInfo, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { productCpuMeter, scratchDatabase, startProduct, type CpuPerUnit } from './product.js';
+import { diskMeter, type DiskPerUnit } from './disk.js';
 import type { DnsServer } from '../test/harness/dns.js';
 
 export interface EndToEndResult {
@@ -32,6 +33,8 @@ export interface EndToEndResult {
   rate: number;
   /** CPU ms per message of the product's process (MTA, and the backend in role all), of PostgreSQL and of the generator (this process, with the role-mta event receiver). */
   cpu: CpuPerUnit;
+  /** Disk I/O per message while it ran, PostgreSQL's WAL and checkpointed pages included (bench/disk.ts). */
+  disk: DiskPerUnit | null;
 }
 
 export const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 32);
@@ -306,6 +309,8 @@ export async function runEndToEnd(o: {
     await postAll(client, warm, benchJobJson({ tag: `e2e-warm-${o.bytes}-${Date.now()}`, domains: o.domains, bodies }));
     await waitForSink(o.sinkCount, warmCount + warm);
     const startCount = o.sinkCount();
+    // The disk meter settles first: its CHECKPOINT must not count as the run's CPU.
+    const disk = await diskMeter(o.databaseUrl);
     const meter = await productCpuMeter(product, { pgDir: o.pgDir, sinkPid: o.sinkPid, redisUrl: o.redisUrl });
     const start = performance.now();
     const tag = `e2e-${o.bytes}-${Date.now()}`;
@@ -313,7 +318,8 @@ export async function runEndToEnd(o: {
     const postMs = performance.now() - start;
     await waitForSink(o.sinkCount, startCount + o.n);
     const elapsedMs = performance.now() - start;
-    return { elapsedMs, postMs, rate: (o.n * 1000) / elapsedMs, cpu: await meter.stop(o.n) };
+    const cpu = await meter.stop(o.n);
+    return { elapsedMs, postMs, rate: (o.n * 1000) / elapsedMs, cpu, disk: await disk.stop(o.n) };
   } finally {
     client.close();
     await product.stop();

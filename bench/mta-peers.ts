@@ -17,6 +17,7 @@ import { findBinary, findFreePort, killProcess, pollUntil, spawnDaemon, StopPoll
 import { probeGreeting, runSmtpSource, startPostfixSmtpSink } from '../test/harness/smtp-sink-postfix.js';
 import { dkimpyVerify } from '../test/mta/delivery/dkimpy.js';
 import { peerCpuMeter, type PeerCpu } from './cpu.js';
+import { diskMeter, type DiskPerUnit } from './disk.js';
 import { runPostfixRelay } from './mta-postfix.js';
 
 export const SIGN_DOMAIN = 'sender.bench.test';
@@ -29,6 +30,8 @@ export interface PeerRun {
   elapsedMs: number;
   /** CPU per message of the peer's processes, of the smtp-source runs that fed it and of the sink. */
   cpu: PeerCpu;
+  /** Disk I/O per message while it ran, the peer's queue included (bench/disk.ts). */
+  disk: DiskPerUnit | null;
 }
 export type Peer = (o: {
   sinkHost: string;
@@ -189,12 +192,14 @@ export function haraka(harakaBin: string, rsaPem: string): Peer {
         await drained(o.sinkCount, before + warm, 'haraka (warm-up)');
       }
       const base = o.sinkCount();
+      const disk = await diskMeter();
       const meter = peerCpuMeter([child.pid], o.sinkPid);
       const start = performance.now();
       await feed(o.messages);
       await drained(o.sinkCount, base + o.messages, 'haraka');
       const elapsedMs = performance.now() - start;
-      return { rate: (o.messages * 1000) / elapsedMs, elapsedMs, cpu: meter.stop(o.messages) };
+      const cpu = meter.stop(o.messages);
+      return { rate: (o.messages * 1000) / elapsedMs, elapsedMs, cpu, disk: await disk.stop(o.messages) };
     } finally {
       await killProcess(child, 5_000);
       if (!process.env.BENCH_KEEP_POSTFIX) rmSync(dir, { recursive: true, force: true });

@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { findBinary, findFreePort } from '../test/harness/dns.js';
 import { runSmtpSource } from '../test/harness/smtp-sink-postfix.js';
 import { peerCpuMeter, type PeerCpu } from './cpu.js';
+import { diskMeter, type DiskPerUnit } from './disk.js';
 
 export const HOST = '127.0.0.20';
 
@@ -64,7 +65,7 @@ export async function runPostfixRelay(o: {
   sinkPid?: number;
   /** Processes that work for this Postfix (the milter), counted with it. */
   helperPids?: number[];
-}): Promise<{ rate: number; elapsedMs: number; cpu: PeerCpu }> {
+}): Promise<{ rate: number; elapsedMs: number; cpu: PeerCpu; disk: DiskPerUnit | null }> {
   const postfix = findBinary('postfix');
   const dir = mkdtempSync(join(tmpdir(), 'lm-bench-postfix-'));
   const etc = join(dir, 'etc');
@@ -129,11 +130,13 @@ export async function runPostfixRelay(o: {
     if (warm > 0) await relay(warm);
     // master.pid holds the pid right-aligned in a fixed-width field.
     const master = Number(readFileSync(join(dir, 'spool', 'pid', 'master.pid'), 'utf8').trim());
+    const disk = await diskMeter();
     const meter = peerCpuMeter([master, ...(o.helperPids ?? [])], o.sinkPid);
     const start = performance.now();
     await relay(o.messages);
     const elapsedMs = performance.now() - start;
-    return { rate: (o.messages * 1000) / elapsedMs, elapsedMs, cpu: meter.stop(o.messages) };
+    const cpu = meter.stop(o.messages);
+    return { rate: (o.messages * 1000) / elapsedMs, elapsedMs, cpu, disk: await disk.stop(o.messages) };
   } finally {
     await run(postfix, ['-c', etc, 'stop']).catch(() => {});
     await new Promise((r) => setTimeout(r, 500));

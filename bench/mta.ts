@@ -21,7 +21,9 @@
  * baselines measured in the same run, and every process's CPU per message (bench/cpu.ts): ours
  * (product, PostgreSQL, Redis, generator), each peer's process tree, its smtp-source feed, and the
  * sink; the CPU ratios (a peer's processes against our product + PostgreSQL) move less than the
- * rates on a shared two-core machine.
+ * rates on a shared two-core machine. Each run also prints what its durability cost the disk per
+ * message (bench/disk.ts: bytes written, write requests and cache flushes, machine-wide; for us
+ * PostgreSQL's WAL too, and its dirty pages checkpointed at the end).
  *
  * Environment: BENCH_MODE (engine | intake | e2e | all | none; default all), BENCH_N_5K (20000),
  * BENCH_N_100K (6000), BENCH_DOMAINS (50), BENCH_CONCURRENCY (150), BENCH_CLIENTS (32, the
@@ -58,6 +60,7 @@ import { PgDkimKeyStore } from '../src/mta/stores/dkim.js';
 import { findFreePort, startDnsServer, type DnsRecord, type DnsServer } from '../test/harness/dns.js';
 import type { CpuPerUnit } from './product.js';
 import { processCpuMs, type PeerCpu } from './cpu.js';
+import type { DiskPerUnit } from './disk.js';
 import { runSmtpSource, startPostfixSmtpSink, type PostfixSmtpSink } from '../test/harness/smtp-sink-postfix.js';
 
 const MODE = (process.env.BENCH_MODE ?? 'all') as 'engine' | 'intake' | 'e2e' | 'all' | 'none';
@@ -107,11 +110,25 @@ const ROUTES: DeliveryRoute[] = [
   { pool: 'campaign', bindIp: '127.0.0.3', ehloName: 'mta2.bench.test' },
 ];
 
+// PostgreSQL's CPU by process kind, largest first (those under 5 µs left out).
+const byKind = (k: Record<string, number> | null) =>
+  k === null
+    ? ''
+    : ` (${Object.entries(k)
+        .filter(([, ms]) => ms >= 0.005)
+        .sort((x, y) => y[1] - x[1])
+        .map(([kind, ms]) => `${kind} ${fmt(ms, 2)}`)
+        .join(', ')})`;
 const cpuText = (c: CpuPerUnit, per: string) =>
-  `CPU/${per}: ${fmt(c.processMs, 2)} ms the product's process (${fmt(c.processSystemMs, 2)} of it in the kernel)${c.postgresMs === null ? '' : ` + ${fmt(c.postgresMs, 2)} ms PostgreSQL`}` +
+  `CPU/${per}: ${fmt(c.processMs, 2)} ms the product's process (${fmt(c.processSystemMs, 2)} of it in the kernel)${c.postgresMs === null ? '' : ` + ${fmt(c.postgresMs, 2)} ms PostgreSQL${byKind(c.postgresByKind)}`}` +
   `${c.redisMs === null ? '' : ` + ${fmt(c.redisMs, 2)} ms Redis`} + ${fmt(c.generatorMs, 2)} ms the generator${c.sinkMs === null ? '' : ` + ${fmt(c.sinkMs, 2)} ms the sink`}`;
 const peerCpuText = (c: PeerCpu) =>
   `CPU/msg: ${c.peerMs === null ? '?' : fmt(c.peerMs, 2)} ms the peer's processes + ${fmt(c.generatorMs, 2)} ms the generator (smtp-source)${c.sinkMs === null ? '' : ` + ${fmt(c.sinkMs, 2)} ms the sink`}`;
+
+const diskText = (d: DiskPerUnit | null) =>
+  d === null
+    ? 'disk/msg: ?'
+    : `disk/msg: ${fmt(d.writtenKb, 1)} KB written in ${fmt(d.writes, 2)} writes, ${fmt(d.flushes, 2)} flushes${d.walKb === null ? '' : ` (PostgreSQL's WAL ${fmt(d.walKb, 1)} KB)`}`;
 
 /**
  * What the two cores allow the engine at most: one signature (2 cores / the openssl ceiling)
@@ -382,6 +399,8 @@ async function main(): Promise<void> {
     for (const [label, bytes, n] of sizes) {
       const ratios: Record<string, number[]> = { engine: [], all: [], mta: [] };
       const cpuRatios: Record<string, number[]> = {};
+      // Each system's disk I/O per message, one entry a run.
+      const disks: Record<string, DiskPerUnit[]> = {};
       for (const [name, peer] of peers) {
         const pass = await peersMod!.verifyPeer(peer, name, dns, SINK_HOST, 10, bytes);
         console.log(`${name}, ${label}: ${pass} of 10 sample messages at a dumping smtp-sink verify with dkimpy (RSA-2048, selector bench1)`);
@@ -390,12 +409,14 @@ async function main(): Promise<void> {
         const peerRates: Record<string, number> = {};
         // CPU per message of each system's own processes (not its generator or the sink), for the CPU ratios.
         const peerCpu: Record<string, number | null> = {};
+        const note = (system: string, d: DiskPerUnit | null) => d && (disks[system] ??= []).push(d);
         for (const [name, peer] of peers) {
           const r = await peer({ sinkHost: SINK_HOST, sinkPort: port, sinkCount: () => sink!.count(), messages: n, sizeBytes: bytes, warmup, sinkPid: sink!.pid });
           peerRates[name] = r.rate;
           peerCpu[name] = r.cpu.peerMs;
+          note(name, r.disk);
           console.log(
-            `${name} (smtp-source → peer → smtp-sink, DKIM RSA-2048), ${label}${PAIRS > 1 ? `, pair ${pair}` : ''}: ${fmt(r.rate)} msg/s, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)}, ${peerCpuText(r.cpu)}`,
+            `${name} (smtp-source → peer → smtp-sink, DKIM RSA-2048), ${label}${PAIRS > 1 ? `, pair ${pair}` : ''}: ${fmt(r.rate)} msg/s, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)}, ${peerCpuText(r.cpu)}, ${diskText(r.disk)}`,
           );
         }
         let pf: number | undefined;
@@ -403,10 +424,11 @@ async function main(): Promise<void> {
           const r = await postfix.runPostfixRelay({ sinkHost: SINK_HOST, sinkPort: port, sinkCount: () => sink!.count(), messages: n, sizeBytes: bytes, warmup, sinkPid: sink!.pid });
           pf = r.rate;
           peerCpu['Postfix without DKIM'] = r.cpu.peerMs;
+          note('Postfix without DKIM', r.disk);
           const engine = ours[label].engine;
           if (engine !== undefined) ratios.engine.push(engine / pf);
           console.log(
-            `Postfix relay (smtp-source → postfix → smtp-sink, NO DKIM), ${label}${PAIRS > 1 ? `, pair ${pair}` : ''}: ${fmt(r.rate)} msg/s, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)}, ${peerCpuText(r.cpu)}` +
+            `Postfix relay (smtp-source → postfix → smtp-sink, NO DKIM), ${label}${PAIRS > 1 ? `, pair ${pair}` : ''}: ${fmt(r.rate)} msg/s, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)}, ${peerCpuText(r.cpu)}, ${diskText(r.disk)}` +
               (engine !== undefined ? `; delivery engine ×${fmt(engine / pf, 2)} of Postfix` : ''),
           );
         }
@@ -422,18 +444,20 @@ async function main(): Promise<void> {
           if (REDIS_URL && role === 'mta') {
             const fleet = await mod!.runEndToEnd({ databaseUrl: url!, dns: dns!, sinkPort: port, sinkHost: SINK_HOST, sinkCount: () => sink!.count(), rsaPem, n, bytes, domains: DOMAINS, html: BODY, role, pgDir, redisUrl: REDIS_URL, sinkPid: sink!.pid });
             (ratios['redis/memory mta'] ??= []).push(fleet.rate / r.rate);
+            note('role mta with Redis', fleet.disk);
             console.log(
-              `end to end, role mta with REDIS_URL (Redis coordination), ${label}: ${fmt(fleet.rate)} msg/s, drain ${fmt(fleet.elapsedMs / 1000, 2)} s for ${fmt(n)}, ${cpuText(fleet.cpu, 'msg')} | ×${fmt(fleet.rate / r.rate, 2)} of the memory-coordination run just before (goal ≥ 0.9)`,
+              `end to end, role mta with REDIS_URL (Redis coordination), ${label}: ${fmt(fleet.rate)} msg/s, drain ${fmt(fleet.elapsedMs / 1000, 2)} s for ${fmt(n)}, ${cpuText(fleet.cpu, 'msg')}, ${diskText(fleet.disk)} | ×${fmt(fleet.rate / r.rate, 2)} of the memory-coordination run just before (goal ≥ 0.9)`,
             );
           }
           if (old) ratios[`new/old ${role}`] = [...(ratios[`new/old ${role}`] ?? []), r.rate / old.rate];
           ours[label][role] = r.rate;
+          note(`role ${role}`, r.disk);
           if (pf !== undefined) ratios[role].push(r.rate / pf);
           for (const [name, rate] of Object.entries(peerRates)) (ratios[`${role} / ${name}`] ??= []).push(r.rate / rate);
           const ownCpu = r.cpu.processMs + (r.cpu.postgresMs ?? 0);
           for (const [name, ms] of Object.entries(peerCpu)) if (ms !== null) (cpuRatios[`${role} / ${name}`] ??= []).push(ms / ownCpu);
           console.log(
-            `end to end, role ${role}${role === 'all' ? ' (MTA + backend recording every event)' : ' (MTA alone, events to a 204 receiver)'} (POST /send → queue → 10 phases → delivery), ${label}: ${fmt(r.rate)} msg/s accepted at sink, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)} (posting took ${fmt(r.postMs / 1000, 2)} s, ${fmt((n * 1000) / r.postMs)} requests/s), ${cpuText(r.cpu, 'msg')}` +
+            `end to end, role ${role}${role === 'all' ? ' (MTA + backend recording every event)' : ' (MTA alone, events to a 204 receiver)'} (POST /send → queue → 10 phases → delivery), ${label}: ${fmt(r.rate)} msg/s accepted at sink, drain ${fmt(r.elapsedMs / 1000, 2)} s for ${fmt(n)} (posting took ${fmt(r.postMs / 1000, 2)} s, ${fmt((n * 1000) / r.postMs)} requests/s), ${cpuText(r.cpu, 'msg')}, ${diskText(r.disk)}` +
               ` | ×${fmt(r.rate / source[label], 2)} of smtp-source→smtp-sink, ${fmt(r.rate / rsa, 2)} of the RSA ceiling | goal ${fmt(goals[label])} msg/s: ${r.rate >= goals[label] ? 'met' : 'NOT met'}` +
               (pf !== undefined ? ` | ×${fmt(r.rate / pf, 2)} of the Postfix run just before (goal ≥ 1.0)` : '') +
               Object.entries(peerRates).map(([name, rate]) => ` | ×${fmt(r.rate / rate, 2)} of ${name}`).join(''),
@@ -456,6 +480,12 @@ async function main(): Promise<void> {
       for (const [what, list] of Object.entries(cpuRatios)) {
         const [role, name] = what.split(' / ');
         console.log(`CPU per message, ${name}'s processes / role ${role}'s (product + PostgreSQL), ${label}: ×${fmt(median(list), 2)}${list.length > 1 ? ` (median of ${list.map((x) => fmt(x, 2)).join(', ')})` : ''}`);
+      }
+      // What each system's durability costs the disk: a peer's queue files, our PostgreSQL.
+      for (const [system, list] of Object.entries(disks)) {
+        const m = (f: (d: DiskPerUnit) => number) => fmt(median(list.map(f)), 2);
+        const wal = list.every((d) => d.walKb !== null) ? `, WAL ${m((d) => d.walKb!)} KB` : '';
+        console.log(`disk per message, ${system}, ${label}${list.length > 1 ? ' (medians)' : ''}: ${m((d) => d.writtenKb)} KB written, ${m((d) => d.writes)} writes, ${m((d) => d.flushes)} flushes${wal}`);
       }
       const summary = Object.entries(ratios)
         .filter(([, list]) => list.length > 0)

@@ -116,6 +116,8 @@ export interface CpuPerUnit {
   processMs: number;
   processSystemMs: number;
   postgresMs: number | null;
+  /** PostgreSQL's by process kind: backends, autovacuum worker, walwriter, checkpointer, exited… */
+  postgresByKind: Record<string, number> | null;
   generatorMs: number;
   /** The SMTP sink's process (null: not measured). */
   sinkMs: number | null;
@@ -149,6 +151,7 @@ export async function productCpuMeter(product: Product, t: CpuMeterTargets = {})
         processMs: (p1.total - p0.total) / n,
         processSystemMs: (p1.system - p0.system) / n,
         postgresMs: c.postgresMs === null ? null : c.postgresMs / n,
+        postgresByKind: c.postgresByKind === null ? null : Object.fromEntries(Object.entries(c.postgresByKind).map(([k, ms]) => [k, ms / n])),
         generatorMs: c.processMs / n,
         sinkMs: delta(sink0, sink1, n),
         redisMs: delta(redis0, redis1, n),
