@@ -309,7 +309,8 @@ export async function runEndToEnd(o: {
     await postAll(client, warm, benchJobJson({ tag: `e2e-warm-${o.bytes}-${Date.now()}`, domains: o.domains, bodies }));
     await waitForSink(o.sinkCount, warmCount + warm);
     const startCount = o.sinkCount();
-    // The disk meter settles first: its CHECKPOINT must not count as the run's CPU.
+    // The disk meter starts before the CPU meter and stops after it: its sync and its
+    // CHECKPOINT must not count as the run's CPU.
     const disk = await diskMeter(o.databaseUrl);
     const meter = await productCpuMeter(product, { pgDir: o.pgDir, sinkPid: o.sinkPid, redisUrl: o.redisUrl });
     const start = performance.now();
