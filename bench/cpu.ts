@@ -180,7 +180,7 @@ function postgresDelta(
     byKind[p.kind] = (byKind[p.kind] ?? 0) + ms;
     total += ms;
   }
-  // What the exited used after the first reading: all their time, less what it had seen.
+  // What the exited used after the first reading: all their time, less what that reading counted.
   let exited = b.reapedMs - a.reapedMs;
   for (const [pid, p] of a.processes) if (!b.processes.has(pid)) exited -= p.ms;
   if (exited !== 0) byKind.exited = exited;
