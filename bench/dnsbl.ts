@@ -10,6 +10,7 @@ import { ManualClock } from '../src/shared/clock.js';
 import { MemoryCoordination } from '../src/shared/coord/memory.js';
 import type { MtaEvents } from '../src/mta/events.js';
 import { DEFAULT_POLICY } from '../src/mta/policy.js';
+import { silentLogger } from '../src/shared/log.js';
 import { parsePools } from '../src/mta/pools.js';
 import { DnsblResolver, dnsblName } from '../src/mta/reputation/dnsbl.js';
 import { BlocklistMonitor, mapLimit } from '../src/mta/reputation/monitor.js';
@@ -34,7 +35,7 @@ try {
   const sink: MtaEvents = { emit: async () => void events++ };
   const monitor = new BlocklistMonitor({
     coord, clock, pools, ipStatus: new IpStatus(coord, clock, pools, 0), resolver, events: sink, policy,
-    zones: { critical: ZONES[0]!, warning: ZONES.slice(1) }, enabled: true,
+    zones: { critical: ZONES[0]!, warning: ZONES.slice(1) }, enabled: true, log: silentLogger,
     reverseDns: (ip, ehlo) => forwardConfirmed(ip, ehlo, { servers: [dns.servers], timeoutMs: policy.queryTimeoutMs }),
   });
   const lookups = ips.length * ZONES.length;

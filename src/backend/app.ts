@@ -12,6 +12,7 @@ import { registerAdmin } from './admin/index.js';
 import { providerSettings } from './api/sending/provider.js';
 import { ProviderRouter } from './api/sending/router.js';
 import { registerDashboard } from './ui/index.js';
+import { systemFrom } from './api/doi.js';
 
 /**
  * The backend's peer, given when it is built: it is read while answering requests (a send
@@ -48,6 +49,10 @@ export async function createBackend(s: Services, peers: BackendPeers): Promise<B
   return {
     app,
     async start() {
+      const system = systemFrom(s.config).address;
+      if (!s.config.EMAIL_FROM && system.split('@')[1] !== new URL(s.config.BASE_URL ?? 'http://localhost').hostname) {
+        s.log.warn({ from: system }, 'EMAIL_FROM is unset and BASE_URL names no mail domain: system mail (double opt-in) comes from this address; set EMAIL_FROM');
+      }
       await providers.start();
       await webhooks.start();
       await publicArea.start();

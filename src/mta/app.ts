@@ -195,6 +195,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     dlqSize: async () => (await stores.outbox.stats()).total,
     emergency: () => ipStatus.allBlocked(),
     warming: () => Promise.all(pools.addresses.map((ip) => warming.view(ip))),
+    blocklist: () => (monitorEnabled(cfg) ? monitor.statuses() : Promise.resolve([])),
   });
   const relay = new OutboxRelay(
     stores.outbox,
@@ -260,6 +261,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     policy: policy.reputation,
     zones: { critical: cfg.DNSBL_CRITICAL_ZONE, warning: cfg.DNSBL_WARNING_ZONES },
     enabled: monitorEnabled(cfg),
+    log,
     reverseDns: (ip, ehlo) => forwardConfirmed(ip, ehlo, { servers: dnsServers, timeoutMs: policy.reputation.queryTimeoutMs }),
   });
   const lookup = createLookup(dnsServers);
@@ -546,8 +548,8 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     : null;
   const failover = opts.failover ?? (cfg.MTA_FAILOVER_RELAY_URL ? new FailoverRelayDeliverer(cfg.MTA_FAILOVER_RELAY_URL, policy.reputation.relayTimeoutMs, stores.dkim) : undefined);
   const handler = deliverer ? createDispatcher({ pipeline, effects, deliverer, failover, bodies: submissionBodies, clock: s.clock, log }) : null;
-  // An address never observed stays out of the pool until a sweep sees it (DNSBL_MONITOR on).
-  await monitor.gateUnobserved();
+  // Blocklist gating (decisions.md): an address never observed keeps sending; older marks saying otherwise go.
+  await monitor.liftLegacyGates();
 
   const prune = async () => {
     if (!(await s.coord.acquireLease('mta:leader:log-prune', instanceId, PRUNE_EVERY_MS))) return;
@@ -617,7 +619,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
       pruneTimer.unref();
       bodyTimer = setInterval(() => background(purgeBodies(), 'submitted body purge failed'), policy.submission.bodyPurgeEveryMs);
       bodyTimer.unref();
-      // First start: a sweep (ungates the never-observed addresses) and the audit, then periodically.
+      // First start: a sweep and the audit, then periodically.
       background(sweepLeader(), 'blocklist sweep failed');
       background(auditLeader(true), 'address audit failed');
       sweepTimer = setInterval(() => background(sweepLeader(), 'blocklist sweep failed'), policy.reputation.sweepEveryMs);

@@ -16,6 +16,8 @@ export function createMetrics(collectors: {
   emergency(): Promise<boolean>;
   /** Warming of every configured sending IP (set once the state exists). */
   warming?: () => Promise<WarmingView[]>;
+  /** Blocklist status of every monitored address per zone (empty with the monitor off). */
+  blocklist?: () => Promise<{ ip: string; zone: string; status: 'listed' | 'clean' | 'unknown' }[]>;
 }) {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
@@ -47,6 +49,19 @@ export function createMetrics(collectors: {
     async collect() {
       const on = await collectors.emergency().catch(() => null);
       if (on !== null) this.set(on ? 1 : 0);
+    },
+  });
+
+  new Gauge({
+    name: 'mta_blocklist_status',
+    help: 'Blocklist status per sending IP and zone as of the last sweep: 1 on the current status (listed, clean, unknown: never answered, and still sending)',
+    labelNames: ['ip', 'zone', 'status'],
+    registers: [registry],
+    async collect() {
+      const all = await collectors.blocklist?.().catch(() => null);
+      if (!all) return;
+      this.reset();
+      for (const e of all) for (const status of ['listed', 'clean', 'unknown']) this.set({ ip: e.ip, zone: e.zone, status }, e.status === status ? 1 : 0);
     },
   });
 

@@ -149,6 +149,12 @@ export interface MtaPolicy {
     causeComplaintRate: number;
     /** Removal assistant: today's volume above this multiple of the daily average of the week is a spike. */
     causeSpikeFactor: number;
+    /**
+     * select_ip readiness: an address whose PTR a sweep confirmed missing, or whose PTR names do
+     * not resolve back to it, leaves its pool until a sweep sees it fixed (a lookup that fails
+     * changes nothing). Large mailbox providers refuse mail from such addresses (Gmail 5.7.25).
+     */
+    requirePtr: boolean;
   };
   /** Events to the backend through the outbox (src/mta/outbox/). */
   events: {
@@ -336,6 +342,7 @@ export const DEFAULT_POLICY: MtaPolicy = {
     causeBounceRate: 0.05,
     causeComplaintRate: 0.001,
     causeSpikeFactor: 3,
+    requirePtr: true,
   },
   // The retry schedule of the former `mta-events` queue: 7 posts over about 2.7 hours.
   events: {

@@ -1,3 +1,4 @@
+import { parseMailbox } from './mail/address.js';
 /**
  * Configuration: one table of every environment variable, its parser and default.
  * A bad value names the variable and what it expects; loadConfig throws ConfigError and
@@ -86,6 +87,15 @@ const list: Parser<string[]> = {
       .filter(Boolean),
 };
 
+/** One mailbox of the address grammar (src/shared/mail/address.ts): checked at start, not at the first send. */
+const mailbox: Parser<string> = {
+  expects: 'one mailbox, a@example.com or Name <a@example.com>',
+  parse(v, name) {
+    if (!parseMailbox(v)) throw new Error(`${name} must be ${this.expects}, got "${v}"`);
+    return v.trim();
+  },
+};
+
 /** Fastify's trustProxy: true/false, a hop count, or a comma-separated list of addresses/CIDRs. */
 const trustProxy: Parser<boolean | number | string[]> = {
   expects: 'true, false, a number of hops, or a comma-separated list of proxy addresses or CIDRs',
@@ -127,7 +137,7 @@ export const SPEC = {
   ORGANIZATION_NAME: v(str, 'display name of the organization', { default: 'Lettermill' }),
   ADMIN_TOKEN: v(str, 'Bearer token of the admin API', { secret: true }),
   EMAIL_PROVIDER: v(oneOf(EMAIL_PROVIDERS), 'sending provider (unset: sends are refused)'),
-  EMAIL_FROM: v(str, 'sender of system emails such as double opt-in confirmations (unset: "ORGANIZATION_NAME <no-reply@BASE_URL host>")'),
+  EMAIL_FROM: v(mailbox, 'sender of system emails such as double opt-in confirmations (unset: "ORGANIZATION_NAME <no-reply@BASE_URL host>", or no-reply@ the machine\'s host name when BASE_URL names an IP address or localhost)'),
   SMTP_RELAY_URL: v(url(['smtp', 'smtps']), 'EMAIL_PROVIDER=smtp: the relay, smtp[s]://user:password@host:port', { secret: true }),
   // Provider APIs (docs/api.md → Sending providers). Endpoints default to the providers' own.
   AWS_ACCESS_KEY_ID: v(str, 'EMAIL_PROVIDER=ses (or a ses route): AWS access key id', { secret: true }),
@@ -167,7 +177,7 @@ export const SPEC = {
   SUBMISSION_TLS_KEY: v(str, 'PEM private key file of SUBMISSION_TLS_CERT'),
   DNS_SERVERS: v(list, 'resolvers host[:port] for every MTA DNS lookup (unset: system)'),
   // Reputation guard (docs/reputation.md). Every lookup goes through DNS_SERVERS.
-  DNSBL_MONITOR: v(bool, 'blocklist monitoring: addresses listed on the critical zone, or never observed, leave the pool (unset: on in production, off otherwise; false: no gating, for hosts without outbound DNS)'),
+  DNSBL_MONITOR: v(bool, 'blocklist monitoring: addresses confirmed listed on the critical zone leave the pool; never observed or unknown keep sending (unset: on in production, off otherwise; false: no sweeps, no gating)'),
   DNSBL_CRITICAL_ZONE: v(str, 'blocklist zone whose listing quarantines a sending IP', { default: 'zen.spamhaus.org' }),
   DNSBL_WARNING_ZONES: v(list, 'advisory blocklist zones of the monitor and the audit', { default: ['b.barracudacentral.org', 'bl.spamcop.net'] }),
   DNSBL_AUDIT_ZONES: v(list, 'further blocklist zones the audit asks', { default: ['psbl.surriel.com', 'all.s5h.net', 'ix.dnsbl.manitu.net'] }),

@@ -384,8 +384,8 @@ describe('/ip-reputation', () => {
       expect(two).toMatchObject({ ehloName: 'mta1.example.test', pools: ['transactional'], eligible: true, block: null, warming: { cap: 50 } });
       expect(three.last24h).toMatchObject({ sent: 1 });
       expect(four).toMatchObject({ eligible: false, block: { reason: 'listed', zone: 'zen.example' }, blocklist: { monitored: false }, blockReasons: ['listed: zen.example'] });
-      expect(four.blocklist.zones.map((z: any) => z.state)).toEqual(['not_observed', 'not_observed', 'not_observed']);
-      expect(four.reverseDns.status).toBe('not_observed');
+      expect(four.blocklist.zones.map((z: any) => z.state)).toEqual(['unknown', 'unknown', 'unknown']);
+      expect(four.reverseDns.status).toBe('unknown');
       expect((await t.call('GET', '/ip-reputation/127.0.0.4')).body.data.ip).toBe('127.0.0.4');
       expect((await t.call('GET', '/ip-reputation/10.0.0.1')).status).toBe(404);
     } finally {

@@ -6,7 +6,8 @@
 import type { Signer, VerifyResult } from '../../shared/signing.js';
 import type { Config } from '../../shared/config.js';
 import { unavailable } from '../../shared/errors.js';
-import { formatMailbox, parseMailbox } from '../../shared/mail/address.js';
+import { hostname } from 'node:os';
+import { formatMailbox, normalizeAddress, parseMailbox } from '../../shared/mail/address.js';
 import type { SendOutcome, SendService } from './sending/send.js';
 import { DOUBLE_OPT_IN } from './policy.js';
 
@@ -51,13 +52,27 @@ export function doiEmail(o: { topicName: string; organizationName: string; url: 
   return { subject, html, text };
 }
 
-/** Sender of system emails: EMAIL_FROM, else no-reply@ the BASE_URL host. */
-export function systemFrom(config: Pick<Config, 'EMAIL_FROM' | 'BASE_URL' | 'ORGANIZATION_NAME'>): { from: string; address: string } {
+/**
+ * Sender of system emails: EMAIL_FROM (checked at start), else no-reply@ the BASE_URL host. A
+ * host that is no mail domain (an IP address, localhost, a single label) gives way to the
+ * machine's host name, as Postfix's $myhostname does for local mail, and last to
+ * localhost.localdomain: every BASE_URL yields an address the /send grammar accepts.
+ */
+export function systemFrom(config: Pick<Config, 'EMAIL_FROM' | 'BASE_URL' | 'ORGANIZATION_NAME'>, machineName: string = hostname()): { from: string; address: string } {
   const configured = config.EMAIL_FROM ? parseMailbox(config.EMAIL_FROM) : null;
   if (config.EMAIL_FROM && !configured) throw unavailable('EMAIL_FROM is not a valid mailbox (a@example.com or Name <a@example.com>)', 'email_from_invalid');
-  const host = new URL(config.BASE_URL ?? 'http://localhost').hostname;
-  const mailbox = configured ?? { name: config.ORGANIZATION_NAME, address: `no-reply@${host}` };
+  const mailbox = configured ?? { name: config.ORGANIZATION_NAME, address: defaultSystemAddress(config.BASE_URL, machineName) };
   return { from: formatMailbox({ name: mailbox.name ?? config.ORGANIZATION_NAME, address: mailbox.address }), address: mailbox.address };
+}
+
+/** no-reply@ the first of the BASE_URL host, the machine's name and localhost.localdomain that is a mail domain. */
+export function defaultSystemAddress(baseUrl: string | undefined, machineName: string): string {
+  const host = new URL(baseUrl ?? 'http://localhost').hostname;
+  for (const domain of [host, machineName]) {
+    const address = normalizeAddress(`no-reply@${domain}`); // refuses IP literals (numeric top label, brackets) and single labels
+    if (address) return address;
+  }
+  return 'no-reply@localhost.localdomain';
 }
 
 export async function sendDoiConfirmation(

@@ -230,7 +230,7 @@ async function startDoubleOptIn(
 ): Promise<void> {
   await d.sender.provider('transactional', systemFrom(d.config).address); // refuses (503) before anything is written when no provider is configured
   const now = d.clock.now();
-  const r = await d.db.query<{ id: string; confirmation_sent_at: Date | null }>(
+  const r = await d.db.query<{ id: string; confirmation_sent_at: Date | null; inserted: boolean }>(
     `INSERT INTO form_signups (id, form_id, topic_id, email, first_name, last_name, fields, status, created_at, updated_at)
      VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $8)
      ON CONFLICT (form_id, lower(email)) WHERE status = 'pending' DO UPDATE
@@ -238,7 +238,7 @@ async function startDoubleOptIn(
            first_name = COALESCE(EXCLUDED.first_name, form_signups.first_name),
            last_name = COALESCE(EXCLUDED.last_name, form_signups.last_name),
            fields = form_signups.fields || EXCLUDED.fields, updated_at = EXCLUDED.updated_at
-     RETURNING id, confirmation_sent_at`,
+     RETURNING id, confirmation_sent_at, (xmax = 0) AS inserted`,
     [newId('fs', now), form.id, topic?.id ?? null, s.email, s.firstName, s.lastName, JSON.stringify(s.extra), toIso(now)],
   );
   const signup = r.rows[0]!;
@@ -247,16 +247,22 @@ async function startDoubleOptIn(
   const url = doiConfirmationUrl(d.config.BASE_URL!, formDoiToken(d.signer, signup.id, now));
   const mail = doiEmail({ topicName: topic?.name ?? d.config.ORGANIZATION_NAME, organizationName: d.config.ORGANIZATION_NAME, url });
   const from = systemFrom(d.config);
-  await d.sender.send({
-    type: 'transactional',
-    contactId: null,
-    to: s.email,
-    from: from.from,
-    fromAddress: from.address,
-    subject: mail.subject,
-    html: mail.html,
-    text: mail.text,
-    metadata: { purpose: 'doi_confirmation', formId: form.id, signupId: signup.id, topicId: topic?.id ?? null },
-  });
+  try {
+    await d.sender.send({
+      type: 'transactional',
+      contactId: null,
+      to: s.email,
+      from: from.from,
+      fromAddress: from.address,
+      subject: mail.subject,
+      html: mail.html,
+      text: mail.text,
+      metadata: { purpose: 'doi_confirmation', formId: form.id, signupId: signup.id, topicId: topic?.id ?? null },
+    });
+  } catch (err) {
+    // The confirmation could not be sent: a fresh sign-up is taken back, so a failed request writes nothing.
+    if (signup.inserted) await d.db.query(`DELETE FROM form_signups WHERE id = $1 AND confirmation_sent_at IS NULL`, [signup.id]);
+    throw err;
+  }
   await d.db.query('UPDATE form_signups SET confirmation_sent_at = $2 WHERE id = $1', [signup.id, toIso(now)]);
 }

@@ -7,14 +7,13 @@ import { CONTINUE, defer, type Phase, type PipelineContext } from './types.js';
 const DAY_MS = 86_400_000;
 /** The monitor's mark for a critical-zone listing (src/mta/reputation/monitor.ts BLOCK_REASON). */
 const LISTED = 'dnsbl_listed';
-const NOT_OBSERVED = 'dnsbl_not_observed';
 // Lease owners must differ between calls and instances, or a second caller would renew, not lose.
 const OWNER = randomUUID();
 let seq = 0;
 
 /**
- * Phase 8: round-robin over the pool's eligible addresses (configured and not marked blocked;
- * the cursor is shared by the fleet). A dedicated IP is the only candidate and must pass the
+ * Phase 8: round-robin over the pool's eligible addresses (configured, not marked blocked and
+ * not failing the identity check, see IpStatus; the cursor is shared by the fleet). A dedicated IP is the only candidate and must pass the
  * same check. Never falls back to a blocked address: with none eligible the job defers and
  * `all_ips_blocked` is emitted (at most once per pool per policy.eventRepeatMs); the whole
  * queue group waits when every job of it is routed through this pool (routeIsGroupWide).
@@ -71,8 +70,9 @@ async function announce(
     pool,
     dedicatedIp: ctx.dedicatedIp ?? null,
     viaRelay,
-    // Not measured: some address is out only because no blocklist answer was ever obtained.
-    measured: !candidates.some((c) => blocked[c.address]?.reason === NOT_OBSERVED),
+    // Every reason is an observation (a listing, a PTR, an operator's mark): no address is out
+    // for want of an answer since the gating ruling, so the status is always measured.
+    measured: true,
     addresses: candidates.map((c) => ({
       ip: c.address,
       reason: blocked[c.address]?.reason ?? 'not_configured',

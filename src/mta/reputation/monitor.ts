@@ -2,7 +2,9 @@
  * Blocklist monitoring (mta.md → Blocklist monitoring): a sweep over every sending IP against
  * the critical zone and the warning zones. Only a confirmed critical listing quarantines an
  * address (an IpStatus mark, which select_ip honours); an `unknown` keeps the previous
- * decision; with the monitor on, an address never observed stays out until a sweep sees it.
+ * decision, and an address never observed keeps sending, reported as `unknown` (decisions.md,
+ * "Blocklist gating": a host whose resolver cannot answer the zones must still send).
+ * Each sweep also takes forward-confirmed reverse DNS, which feeds select_ip's identity check.
  * Observations live in coordination so every instance's routes show the leader's sweep.
  */
 import type { Clock } from '../../shared/clock.js';
@@ -11,7 +13,8 @@ import { MTA_EVENT } from '../../shared/contracts/mta.js';
 import type { MtaEvents } from '../events.js';
 import type { MtaPolicy } from '../policy.js';
 import { IMPLICIT_ADDRESS, type SendingPools } from '../pools.js';
-import type { IpStatus } from '../state/ip-status.js';
+import type { Logger } from '../../shared/log.js';
+import { IDENTITY_REASON, type IdentityFailure, type IpStatus } from '../state/ip-status.js';
 import { decodeCodes } from './data.js';
 import type { ReverseDns } from './rdns.js';
 import type { DnsblResolver, DnsblResult, DnsblState, UnknownCause } from './dnsbl.js';
@@ -26,7 +29,9 @@ export function monitorEnabled(config: { DNSBL_MONITOR: boolean | undefined; NOD
   return config.DNSBL_MONITOR ?? config.NODE_ENV === 'production';
 }
 
-export const BLOCK_REASON = { listed: 'dnsbl_listed', notObserved: 'dnsbl_not_observed' } as const;
+export const BLOCK_REASON = { listed: 'dnsbl_listed' } as const;
+/** The mark versions before 2026-12-07 set on never-observed addresses; lifted at start. */
+const LEGACY_NOT_OBSERVED = 'dnsbl_not_observed';
 
 export interface ZoneObservation {
   zone: string;
@@ -45,6 +50,9 @@ export interface ZoneObservation {
 export type Observations = Record<string, Record<string, ZoneObservation>>;
 
 export type SnapshotState = 'ok' | 'dnsbl_listed' | 'dnsbl_partial' | 'dnsbl_unknown';
+
+/** One address's critical-zone status as reported (metric, routes): never observed reads `unknown`. */
+export type BlocklistStatus = 'listed' | 'clean' | 'unknown';
 
 export interface SweepEntry {
   ip: string;
@@ -66,8 +74,9 @@ export interface MonitorDeps {
   events: MtaEvents;
   policy: MtaPolicy['reputation'];
   zones: { critical: string; warning: readonly string[] };
-  /** DNSBL_MONITOR: gating on (unobserved addresses wait) or off (nothing is gated). */
+  /** DNSBL_MONITOR: sweeps and listing quarantine on, or off (nothing is looked up or gated). */
   enabled: boolean;
+  log: Logger;
   /** Forward-confirmed reverse DNS of an address (taken with each sweep). */
   reverseDns(ip: string, ehloName: string): Promise<ReverseDns>;
 }
@@ -90,19 +99,20 @@ export class BlocklistMonitor {
     return (await this.d.coord.getJson<Record<string, ReverseDns & { at: number }>>(RDNS_KEY)) ?? {};
   }
 
-  /** At start: with the monitor on, an address with no critical-zone answer yet stays out of the pool; off, that gate is lifted. */
-  async gateUnobserved(): Promise<void> {
-    const blocked = await this.d.ipStatus.blocked();
-    if (!this.d.enabled) {
-      // Turned off after it was on: the "not observed" gate goes with it (listings stay until delisted).
-      for (const ip of this.addresses()) if (blocked[ip]?.reason === BLOCK_REASON.notObserved) await this.d.ipStatus.unblock(ip);
-      return;
-    }
+  /**
+   * At start: lifts the "never observed" marks that versions before the gating ruling set
+   * (an address with no answer yet now keeps sending); listings and operators' marks stay.
+   */
+  async liftLegacyGates(): Promise<void> {
+    const marks = await this.d.ipStatus.marks();
+    for (const [ip, b] of Object.entries(marks)) if (b.reason === LEGACY_NOT_OBSERVED) await this.d.ipStatus.unblock(ip);
+  }
+
+  /** Each address's critical-zone status per the last sweep, and every zone's, for the metric. */
+  async statuses(): Promise<{ ip: string; zone: string; status: BlocklistStatus }[]> {
     const obs = await this.observations();
-    for (const ip of this.addresses()) {
-      if (obs[ip]?.[this.d.zones.critical]?.confirmed) continue;
-      if (blocked[ip] === undefined) await this.d.ipStatus.markBlocked(ip, BLOCK_REASON.notObserved);
-    }
+    const zones = [this.d.zones.critical, ...this.d.zones.warning];
+    return this.addresses().flatMap((ip) => zones.map((zone) => ({ ip, zone, status: blocklistStatus(obs[ip]?.[zone]) })));
   }
 
   /**
@@ -126,6 +136,7 @@ export class BlocklistMonitor {
       mapLimit(ips, this.d.policy.concurrency, async (ip) => ({ ...(await this.d.reverseDns(ip, this.d.pools.find(ip)?.ehloName ?? '')), at: this.d.clock.now() })),
     ]);
     await this.d.coord.setJson(RDNS_KEY, Object.fromEntries(ips.map((ip, i) => [ip, rdns[i]!])));
+    await this.judgeIdentity(ips, rdns);
     const prev = await this.observations();
     const next: Observations = { ...prev };
     const out: SweepEntry[] = [];
@@ -138,14 +149,31 @@ export class BlocklistMonitor {
       out.push({ ip, pools: this.poolsOf(ip), zones: zones.map((z) => now[z]!), quarantined });
     }
     await this.d.coord.setJson(KEY, next);
+    const unknown = ips.filter((ip) => next[ip]?.[critical]?.state === 'unknown');
+    if (unknown.length) this.d.log.warn({ ips: unknown, zone: critical }, 'blocklist status unknown (the resolver gave no answer): these addresses keep sending');
     return out;
+  }
+
+  /** select_ip's identity check: a confirmed missing or mismatched PTR takes the address out. */
+  private async judgeIdentity(ips: string[], rdns: ReverseDns[]): Promise<void> {
+    const observed: string[] = [];
+    const failing: Record<string, IdentityFailure> = {};
+    ips.forEach((ip, i) => {
+      const r = rdns[i]!;
+      if (r.status === 'unknown') return;
+      observed.push(ip);
+      if (!this.d.policy.requirePtr) return;
+      if (r.status === 'missing') failing[ip] = IDENTITY_REASON.ptrMissing;
+      if (r.status === 'mismatch') failing[ip] = IDENTITY_REASON.ptrMismatch;
+    });
+    await this.d.ipStatus.setIdentity(this.d.policy.requirePtr ? observed : ips, failing);
   }
 
   /** The routing snapshot state of a pool (mta.md: dnsbl_listed, dnsbl_partial, dnsbl_unknown). */
   async snapshot(pool: string): Promise<SnapshotState> {
     const ips = (this.d.pools.pools.get(pool) ?? []).map((i) => i.address).filter((a) => a !== IMPLICIT_ADDRESS);
     if (ips.length === 0) return 'ok';
-    const blocked = await this.d.ipStatus.blocked();
+    const blocked = await this.d.ipStatus.marks();
     const obs = await this.observations();
     const listed = ips.filter((ip) => blocked[ip]?.reason === BLOCK_REASON.listed);
     if (listed.length === ips.length) return 'dnsbl_listed';
@@ -174,7 +202,7 @@ export class BlocklistMonitor {
 
   private async decide(ip: string, before: Record<string, ZoneObservation>, now: Record<string, ZoneObservation>): Promise<boolean> {
     const { critical } = this.d.zones;
-    const blocked = (await this.d.ipStatus.blocked())[ip];
+    const blocked = (await this.d.ipStatus.marks())[ip];
     // Events on every confirmed transition, per zone; warning zones are advisory (no quarantine).
     for (const [zone, o] of Object.entries(now)) {
       const was = before[zone]?.confirmed ?? null;
@@ -183,18 +211,13 @@ export class BlocklistMonitor {
     }
     const c = now[critical]!;
     if (c.state === 'listed') {
-      if (blocked?.reason !== BLOCK_REASON.listed && (blocked === undefined || blocked.reason === BLOCK_REASON.notObserved)) {
-        await this.d.ipStatus.markBlocked(ip, BLOCK_REASON.listed, critical);
-      }
+      // An operator's mark stays as it is; the listing is recorded once.
+      if (blocked === undefined) await this.d.ipStatus.markBlocked(ip, BLOCK_REASON.listed, critical);
       return true;
     }
-    if (c.state === 'clean') {
-      if (blocked && (blocked.reason === BLOCK_REASON.listed || blocked.reason === BLOCK_REASON.notObserved)) await this.d.ipStatus.unblock(ip);
-      return blocked !== undefined && blocked.reason !== BLOCK_REASON.listed && blocked.reason !== BLOCK_REASON.notObserved;
-    }
-    // unknown: the previous decision stands (a never-observed address stays gated when the monitor is on).
-    if (blocked === undefined && this.d.enabled && c.confirmed === null) await this.d.ipStatus.markBlocked(ip, BLOCK_REASON.notObserved);
-    return (await this.d.ipStatus.blocked())[ip] !== undefined;
+    if (c.state === 'clean' && blocked?.reason === BLOCK_REASON.listed) await this.d.ipStatus.unblock(ip);
+    // unknown: the previous decision stands; an address never observed keeps sending.
+    return (await this.d.ipStatus.marks())[ip] !== undefined;
   }
 
   private async emit(event: typeof MTA_EVENT.ipBlocklisted | typeof MTA_EVENT.ipDelisted, ip: string, o: ZoneObservation): Promise<void> {
@@ -213,6 +236,12 @@ export class BlocklistMonitor {
   private poolsOf(ip: string): string[] {
     return [...this.d.pools.pools.entries()].filter(([, ips]) => ips.some((i) => i.address === ip)).map(([p]) => p);
   }
+}
+
+/** An observation's reported status: a lookup that never answered, or never ran, is `unknown`. */
+export function blocklistStatus(o: ZoneObservation | undefined): BlocklistStatus {
+  if (!o || o.state === 'unknown') return 'unknown';
+  return o.state;
 }
 
 /** Runs `fn` over `items` with at most `limit` in flight, results in order. */

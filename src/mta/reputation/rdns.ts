@@ -1,6 +1,7 @@
 /** Forward-confirmed reverse DNS of a sending IP, and whether it matches the EHLO name. */
 import { promises as dns } from 'node:dns';
 import { isIPv4 } from 'node:net';
+import { dnsblName } from './dnsbl.js';
 
 export interface ReverseDns {
   /** `confirmed`: a PTR name resolves back to the IP; `mismatch`: none does; `missing`: no PTR; `unknown`: the resolver failed. */
@@ -15,7 +16,10 @@ export async function forwardConfirmed(ip: string, ehloName: string, opts: { ser
   if (opts.servers?.length) r.setServers([...opts.servers]);
   let ptr: string[];
   try {
-    ptr = (await r.reverse(ip)).map((n) => n.toLowerCase().replace(/\.$/, ''));
+    // A PTR query, not r.reverse(): c-ares's reverse falls back to the hosts file when DNS times
+    // out and then says ENOTFOUND, which would read a resolver outage as a missing PTR.
+    const arpa = dnsblName(ip, isIPv4(ip) ? 'in-addr.arpa' : 'ip6.arpa');
+    ptr = (await r.resolvePtr(arpa)).map((n) => n.toLowerCase().replace(/\.$/, ''));
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOTFOUND' || code === 'ENODATA') return { status: 'missing', ptr: [], ehloAligned: null };

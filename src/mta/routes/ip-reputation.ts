@@ -1,4 +1,4 @@
-import { monitorEnabled } from '../reputation/monitor.js';
+import { blocklistStatus, monitorEnabled } from '../reputation/monitor.js';
 import { Type } from '@sinclair/typebox';
 import { notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
@@ -42,11 +42,12 @@ const IpView = Type.Object({
   last24h: Type.Record(Type.String(), Type.Integer(), { description: 'attempt outcomes from this IP by status' }),
   blocklist: Type.Object({
     monitored: Type.Boolean({ description: 'DNSBL_MONITOR: off means no address is gated by blocklists' }),
+    status: Type.String({ description: "the critical zone's status: listed, clean, or unknown (never answered: the address keeps sending)" }),
     zones: Type.Array(
       Type.Object({
         zone: Type.String(),
         severity: Type.String({ description: 'critical (quarantines) or warning (advisory)' }),
-        state: Type.String({ description: 'listed, clean, unknown, or not_observed' }),
+        state: Type.String({ description: 'listed, clean, or unknown (the last lookup gave no answer, or none has run: observedAt null)' }),
         codes: Type.Array(Type.String()),
         lists: Type.Array(Type.String()),
         cause: Nullable(Type.String()),
@@ -57,7 +58,7 @@ const IpView = Type.Object({
     ),
   }),
   reverseDns: Type.Object({
-    status: Type.String({ description: 'confirmed, mismatch, missing, unknown, or not_observed' }),
+    status: Type.String({ description: 'confirmed, mismatch, missing, or unknown (the lookup failed, or none has run: observedAt null)' }),
     ptr: Type.Array(Type.String()),
     ehloAligned: Nullable(Type.Boolean()),
     observedAt: Nullable(Type.String()),
@@ -74,7 +75,7 @@ const SweepView = Type.Object({
 /**
  * /ip-reputation: what this MTA knows about each sending IP — pools, eligibility and block
  * reasons, warming, recent outcomes, the blocklist state by zone and reverse DNS as of the
- * last sweep (src/mta/reputation/monitor.ts); `not_observed` until a sweep has seen it.
+ * last sweep (src/mta/reputation/monitor.ts); `unknown` until a sweep has an answer.
  */
 export async function ipReputationRoutes(app: HttpApp, m: MtaContext): Promise<void> {
   app.addHook('onRequest', m.auth.masterOnly);
@@ -114,12 +115,13 @@ export async function ipReputationRoutes(app: HttpApp, m: MtaContext): Promise<v
         last24h: recent.get(ip) ?? {},
         blocklist: {
           monitored: monitorEnabled(m.services.config),
+          status: blocklistStatus(obs[ip]?.[zones[0]!]),
           zones: zones.map((zone, i) => {
             const o = obs[ip]?.[zone];
             return {
               zone,
               severity: i === 0 ? 'critical' : 'warning',
-              state: o?.state ?? 'not_observed',
+              state: o?.state ?? 'unknown',
               codes: o?.codes ?? [],
               lists: o?.lists ?? [],
               cause: o?.cause ?? null,
@@ -131,7 +133,7 @@ export async function ipReputationRoutes(app: HttpApp, m: MtaContext): Promise<v
         },
         reverseDns: rdns[ip]
           ? { status: rdns[ip]!.status, ptr: rdns[ip]!.ptr, ehloAligned: rdns[ip]!.ehloAligned, observedAt: iso(rdns[ip]!.at) }
-          : { status: 'not_observed', ptr: [], ehloAligned: null, observedAt: null },
+          : { status: 'unknown', ptr: [], ehloAligned: null, observedAt: null },
         blockReasons: b ? [b.zone ? `${b.reason}: ${b.zone}` : b.reason] : [],
       });
     }

@@ -10,14 +10,21 @@ export interface IpBlock {
 }
 
 const KEY = 'persist:mta:ips:blocked';
+const IDENTITY_KEY = 'persist:mta:ips:identity';
+
+/** Identity readiness failures select_ip honours (mta.md phase 8: "excluding IPs failing readiness checks"). */
+export const IDENTITY_REASON = { ptrMissing: 'ptr_missing', ptrMismatch: 'ptr_mismatch' } as const;
+export type IdentityFailure = (typeof IDENTITY_REASON)[keyof typeof IDENTITY_REASON];
 
 /**
- * Readiness of sending IPs for select_ip: for now "configured and not marked blocked". The
- * marks are one shared map (set by the blocklist monitor of a later issue, or by operators);
- * each instance reads it at most once per `cacheMs`, which bounds how late a mark is seen.
+ * Readiness of sending IPs for select_ip: configured, not marked blocked, and not failing an
+ * identity check. Two shared maps: marks (the blocklist monitor's or an operator's) and
+ * identity failures (a confirmed missing or mismatched PTR, set from each sweep). `blocked()`
+ * is their union, marks first, so every reader (select_ip, emergency mode, the routes) sees one
+ * answer. Each instance reads them at most once per `cacheMs`, which bounds how late a change is seen.
  */
 export class IpStatus {
-  private cached: { at: number; map: Record<string, IpBlock> } | null = null;
+  private cached: { at: number; marks: Record<string, IpBlock>; map: Record<string, IpBlock> } | null = null;
 
   constructor(
     private readonly coord: Coordination,
@@ -26,12 +33,25 @@ export class IpStatus {
     private readonly cacheMs = 1_000,
   ) {}
 
+  /** Every address out of its pool, with the reason: a mark, else an identity failure. */
   async blocked(): Promise<Record<string, IpBlock>> {
+    return (await this.load()).map;
+  }
+
+  /** The marks alone (what markBlocked/unblock change), without identity failures. */
+  async marks(): Promise<Record<string, IpBlock>> {
+    return (await this.load()).marks;
+  }
+
+  private async load() {
     const now = this.clock.now();
-    if (this.cached && now - this.cached.at < this.cacheMs && now >= this.cached.at) return this.cached.map;
-    const map = (await this.coord.getJson<Record<string, IpBlock>>(KEY)) ?? {};
-    this.cached = { at: now, map };
-    return map;
+    if (this.cached && now - this.cached.at < this.cacheMs && now >= this.cached.at) return this.cached;
+    const [marks, identity] = await Promise.all([
+      this.coord.getJson<Record<string, IpBlock>>(KEY).then((m) => m ?? {}),
+      this.coord.getJson<Record<string, IpBlock>>(IDENTITY_KEY).then((m) => m ?? {}),
+    ]);
+    this.cached = { at: now, marks, map: { ...identity, ...marks } };
+    return this.cached;
   }
 
   async markBlocked(ip: string, reason: string, zone?: string): Promise<void> {
@@ -45,6 +65,20 @@ export class IpStatus {
     const map = { ...((await this.coord.getJson<Record<string, IpBlock>>(KEY)) ?? {}) };
     delete map[ip];
     await this.coord.setJson(KEY, map);
+    this.cached = null;
+  }
+
+  /**
+   * Identity failures after a sweep: `failing` names each address whose PTR was confirmed
+   * missing or mismatched; an address absent from `observed` (its lookup failed) keeps its
+   * previous state, so a resolver outage neither ejects nor readmits anything.
+   */
+  async setIdentity(observed: readonly string[], failing: Record<string, IdentityFailure>): Promise<void> {
+    const before = (await this.coord.getJson<Record<string, IpBlock>>(IDENTITY_KEY)) ?? {};
+    const next: Record<string, IpBlock> = {};
+    for (const [ip, b] of Object.entries(before)) if (!observed.includes(ip)) next[ip] = b;
+    for (const [ip, reason] of Object.entries(failing)) next[ip] = before[ip]?.reason === reason ? before[ip]! : { reason, since: this.clock.now() };
+    await this.coord.setJson(IDENTITY_KEY, next);
     this.cached = null;
   }
 

@@ -217,6 +217,19 @@ describe('POST /forms/:formId', () => {
     expect(b.events.filter((e) => e.name === 'contact.created' && (e.data as any).id === contact.id)).toHaveLength(1);
   });
 
+  it('double opt-in whose confirmation the provider refuses: 503, and the sign-up is not kept', async () => {
+    mta.respondWith([{ status: 400, body: { error: { message: 'from must be one address', category: 'invalid_input', data: { reason: 'invalid_address' } } } }]);
+    const r = await call(b.url, 'POST', `/forms/${forms.doi}`, { json: { email: 'refused@example.com' } });
+    expect(r.status).toBe(503);
+    expect(r.body.error).toMatchObject({ category: 'unavailable', data: { reason: 'provider_rejected' } });
+    const left = await b.app.db.pool.query(`SELECT 1 FROM form_signups WHERE lower(email) = 'refused@example.com'`);
+    expect(left.rows).toEqual([]);
+    // The next try sends (it is not taken for a re-send within the 10 minutes).
+    const again = await call(b.url, 'POST', `/forms/${forms.doi}`, { json: { email: 'refused@example.com' } });
+    expect(again.status).toBe(200);
+    expect(await mta.waitFor(2)).toHaveLength(2);
+  });
+
   it('the topic requireDoubleOptIn alone turns double opt-in on; redirects get ?confirmation=pending', async () => {
     const r = await call(b.url, 'POST', `/forms/${forms.topicDoi}`, { json: { email: 'tess@example.com' } });
     expect(r.body.data.confirmationRequired).toBe(true);

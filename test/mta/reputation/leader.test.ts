@@ -59,11 +59,11 @@ it('monitor off: no sweep, no audit, nothing gated', async () => {
     expect((await t.call('GET', '/ip-audit')).body.data.entries).toEqual([]);
     expect(await t.mta.context.state.ipStatus.blocked()).toEqual({});
     expect(sink.connections).toBe(connections);
-    // Turned off after it was on: a leftover "not observed" gate is lifted at start, a listing is not.
+    // A "not observed" mark left by a version before the gating ruling is lifted at start, a listing is not.
     const ips = t.mta.context.state.ipStatus;
     await ips.markBlocked('127.0.0.2', 'dnsbl_not_observed');
     await ips.markBlocked('127.0.0.3', 'dnsbl_listed', 'zen.spamhaus.org');
-    await t.mta.context.reputation.monitor.gateUnobserved();
+    await t.mta.context.reputation.monitor.liftLegacyGates();
     expect(Object.keys(await ips.blocked())).toEqual(['127.0.0.3']);
   } finally {
     await t.close();

@@ -1,8 +1,9 @@
 /**
  * Blocklist monitoring on a real MTA against knotd serving zen.spamhaus.org and the two
- * warning zones on loopback: gating of never-observed addresses, listing and delisting (each
- * event once through the outbox), advisory warning listings, `unknown` keeping the previous
- * decision, emergency mode (503, jobs stay queued, all_ips_blocked) and resumption.
+ * warning zones on loopback: never-observed addresses sending and reported `unknown` (decisions.md,
+ * "Blocklist gating"), listing and delisting (each event once through the outbox), advisory
+ * warning listings, `unknown` keeping the previous decision, emergency mode (503, jobs stay
+ * queued, all_ips_blocked) and resumption, and the PTR identity check of select_ip.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Job } from '../../../src/shared/queue/types.js';
@@ -27,8 +28,16 @@ beforeAll(async () => {
       'zen.spamhaus.org': [],
       'b.barracudacentral.org': [],
       'bl.spamcop.net': [],
-      '0.0.127.in-addr.arpa': [{ name: '2', type: 'PTR', value: 'mta1.example.test' }],
-      'example.test': [{ name: 'mta1', type: 'A', value: '127.0.0.2' }],
+      '0.0.127.in-addr.arpa': [
+        { name: '2', type: 'PTR', value: 'mta1.example.test' },
+        { name: '3', type: 'PTR', value: 'mta2.example.test' },
+        { name: '4', type: 'PTR', value: 'mta3.example.test' },
+      ],
+      'example.test': [
+        { name: 'mta1', type: 'A', value: '127.0.0.2' },
+        { name: 'mta2', type: 'A', value: '127.0.0.3' },
+        { name: 'mta3', type: 'A', value: '127.0.0.4' },
+      ],
     },
   });
   backend = await startHttpReceiver();
@@ -61,41 +70,46 @@ async function pick(pool: 'campaign' | 'transactional') {
 }
 
 describe('blocklist monitoring', () => {
-  it('keeps every address out of the pool until a sweep has observed it, also across an unanswered sweep', async () => {
-    const b = await blocked();
-    expect(Object.keys(b).sort()).toEqual(['127.0.0.2', '127.0.0.3', '127.0.0.4']);
-    expect(b['127.0.0.2']!.reason).toBe('dnsbl_not_observed');
+  it('a never-observed address sends and reads unknown, also across an unanswered sweep (Blocklist gating)', async () => {
+    expect(await blocked()).toEqual({});
     const view = await t.call('GET', '/ip-reputation/127.0.0.2');
-    expect(view.body.data).toMatchObject({ eligible: false, blocklist: { monitored: true }, reverseDns: { status: 'not_observed' }, blockReasons: ['dnsbl_not_observed'] });
-    expect(view.body.data.blocklist.zones[0]).toMatchObject({ zone: 'zen.spamhaus.org', severity: 'critical', state: 'not_observed', observedAt: null });
+    expect(view.body.data).toMatchObject({ eligible: true, blocklist: { monitored: true, status: 'unknown' }, blockReasons: [] });
+    expect(view.body.data.blocklist.zones[0]).toMatchObject({ zone: 'zen.spamhaus.org', severity: 'critical', state: 'unknown', observedAt: null });
+    expect(await pick('transactional')).toMatchObject({ r: { type: 'continue' }, ip: '127.0.0.2' });
+    expect((await t.call('POST', '/send', emailJob({ ipPool: 'transactional' }))).status).toBe(202);
+    const metrics = async () => (await t.call('GET', '/metrics')).body as string;
+    expect(await metrics()).toContain('mta_blocklist_status{ip="127.0.0.2",zone="zen.spamhaus.org",status="unknown"} 1');
 
     await dns.pause();
     try {
       const out = await sweep();
-      expect(out.every((e) => e.quarantined)).toBe(true);
+      expect(out.every((e) => !e.quarantined)).toBe(true);
       expect(out[0]!.zones.map((z) => z.state)).toEqual(['unknown', 'unknown', 'unknown']);
     } finally {
       dns.resume();
     }
-    expect((await blocked())['127.0.0.2']!.reason).toBe('dnsbl_not_observed');
+    expect(await blocked()).toEqual({});
     expect(await monitor().snapshot('transactional')).toBe('dnsbl_unknown');
-
-    // Emergency mode says it could not measure: the addresses are out for want of an answer.
-    expect(await pick('transactional')).toMatchObject({ r: { type: 'defer', reason: 'no_eligible_ip' } });
-    const [ev] = await eventually(() => (events('all_ips_blocked').length ? events('all_ips_blocked') : null));
-    expect(ev.data).toMatchObject({ pool: 'transactional', measured: false, addresses: [{ ip: '127.0.0.2', reason: 'dnsbl_not_observed', zone: null }] });
-    const send = await t.call('POST', '/send', emailJob({ ipPool: 'transactional' }));
-    expect(send.status).toBe(503);
-    expect(send.body.error).toMatchObject({ category: 'unavailable', data: { reason: 'all_ips_blocked' } });
+    expect(await pick('campaign')).toMatchObject({ r: { type: 'continue' } });
+    const after = (await t.call('GET', '/ip-reputation')).body.data;
+    expect(after.map((v: any) => [v.ip, v.eligible, v.blocklist.status, v.reverseDns.status])).toEqual([
+      ['127.0.0.2', true, 'unknown', 'unknown'],
+      ['127.0.0.3', true, 'unknown', 'unknown'],
+      ['127.0.0.4', true, 'unknown', 'unknown'],
+    ]);
+    expect(await metrics()).toContain('mta_blocklist_status{ip="127.0.0.3",zone="zen.spamhaus.org",status="unknown"} 1');
+    await settle();
+    expect(events('all_ips_blocked')).toHaveLength(0);
   });
 
-  it('a clean sweep admits every address, records each observation with its time, and checks reverse DNS', async () => {
+  it('a clean sweep records each observation with its time, and checks reverse DNS', async () => {
     t.clock.advance(MIN);
     const out = await sweep();
     expect(out.map((e) => e.quarantined)).toEqual([false, false, false]);
     expect(await blocked()).toEqual({});
     const view = (await t.call('GET', '/ip-reputation/127.0.0.2')).body.data;
     expect(view.eligible).toBe(true);
+    expect(view.blocklist.status).toBe('clean');
     expect(view.blocklist.zones.map((z: any) => [z.zone, z.state])).toEqual([
       ['zen.spamhaus.org', 'clean'],
       ['b.barracudacentral.org', 'clean'],
@@ -103,7 +117,6 @@ describe('blocklist monitoring', () => {
     ]);
     expect(view.blocklist.zones[0].observedAt).toBe(new Date(t.clock.now()).toISOString());
     expect(view.reverseDns).toMatchObject({ status: 'confirmed', ptr: ['mta1.example.test'], ehloAligned: true });
-    expect((await t.call('GET', '/ip-reputation/127.0.0.3')).body.data.reverseDns.status).toBe('missing');
     expect(await monitor().snapshot('campaign')).toBe('ok');
     await settle();
     expect(events('ip.blocklisted')).toHaveLength(0);
@@ -224,5 +237,70 @@ describe('blocklist monitoring', () => {
     expect(outcome).toEqual({ type: 'complete' });
     await t.mta.context.queue.apply(job, outcome);
     expect(t.deliverer.calls.at(-1)!.message.to).toBe('someone@halt.example');
+  });
+
+  it('select_ip readiness: a confirmed missing or mismatched PTR takes the address out, a failed lookup changes nothing, a fixed PTR readmits it', async () => {
+    backend.reset();
+    const arpa = '0.0.127.in-addr.arpa';
+    const ptrs = dns.getRecords(arpa)!;
+    // 127.0.0.4 loses its PTR; 127.0.0.3's PTR names a host that resolves elsewhere.
+    await dns.setRecords(arpa, [ptrs[0]!, { name: '3', type: 'PTR', value: 'elsewhere.example.test' }]);
+    await dns.setRecords('example.test', [...dns.getRecords('example.test')!, { name: 'elsewhere', type: 'A', value: '127.0.0.9' }]);
+    t.clock.advance(fastPolicy.eventRepeatMs.all_ips_blocked + MIN); // the event is sent once per pool per period
+    await sweep();
+    expect(await blocked()).toMatchObject({ '127.0.0.3': { reason: 'ptr_mismatch' }, '127.0.0.4': { reason: 'ptr_missing' } });
+    const view = (await t.call('GET', '/ip-reputation/127.0.0.4')).body.data;
+    expect(view).toMatchObject({ eligible: false, blockReasons: ['ptr_missing'], reverseDns: { status: 'missing' } });
+    expect(await pick('campaign')).toMatchObject({ r: { type: 'defer', reason: 'no_eligible_ip' } });
+    expect(await pick('transactional')).toMatchObject({ r: { type: 'continue' }, ip: '127.0.0.2' });
+    const [ev] = await eventually(() => (events('all_ips_blocked').length ? events('all_ips_blocked') : null));
+    expect(ev.data).toMatchObject({ pool: 'campaign', measured: true, addresses: [{ ip: '127.0.0.3', reason: 'ptr_mismatch' }, { ip: '127.0.0.4', reason: 'ptr_missing' }] });
+    expect((await t.call('POST', '/send', emailJob({ ipPool: 'campaign' }))).status).toBe(503);
+
+    // The resolver fails: nothing is readmitted (and nothing new ejected).
+    await dns.pause();
+    try {
+      await sweep();
+    } finally {
+      dns.resume();
+    }
+    expect(Object.keys(await blocked()).sort()).toEqual(['127.0.0.3', '127.0.0.4']);
+
+    // 127.0.0.3 fixed; 127.0.0.4 also listed: the listing is the reason shown, and once it is
+    // delisted the missing PTR still keeps it out.
+    await dns.setRecords(arpa, [ptrs[0]!, ptrs[1]!]);
+    await dns.setRecords('zen.spamhaus.org', a('127.0.0.4', '127.0.0.2'));
+    await sweep();
+    expect(await blocked()).toEqual({ '127.0.0.4': expect.objectContaining({ reason: 'dnsbl_listed' }) });
+    expect((await pick('campaign')).ip).toBe('127.0.0.3');
+    await dns.setRecords('zen.spamhaus.org', []);
+    await sweep();
+    expect(await blocked()).toEqual({ '127.0.0.4': expect.objectContaining({ reason: 'ptr_missing' }) });
+
+    await dns.setRecords(arpa, ptrs);
+    await sweep();
+    expect(await blocked()).toEqual({});
+  });
+
+  it('with policy.reputation.requirePtr off, a missing PTR is reported and does not exclude', async () => {
+    const m = await startMta({
+      db: t.db,
+      env: { MTA_WEBHOOK_URL: backend.url, MTA_WEBHOOK_SECRET: 'rep-secret', DNS_SERVERS: dns.servers, DNSBL_MONITOR: 'true' },
+      options: { policy: { ...fastPolicy, reputation: { ...fastPolicy.reputation, requirePtr: false } } },
+    });
+    try {
+      const arpa = '0.0.127.in-addr.arpa';
+      const ptrs = dns.getRecords(arpa)!;
+      await dns.setRecords(arpa, [ptrs[0]!]);
+      try {
+        expect((await m.call('POST', '/ip-reputation/sweep')).status).toBe(200);
+      } finally {
+        await dns.setRecords(arpa, ptrs);
+      }
+      expect(await m.mta.context.state.ipStatus.blocked()).toEqual({});
+      expect((await m.call('GET', '/ip-reputation/127.0.0.4')).body.data).toMatchObject({ eligible: true, reverseDns: { status: 'missing' } });
+    } finally {
+      await m.close();
+    }
   });
 });
