@@ -112,7 +112,7 @@ async function main(): Promise<void> {
     const app = createHttpApp({ log: silentLogger });
     const bus = new EventBus({ clock: systemClock, log: silentLogger });
     app.decorate('events', bus);
-    registerFeedback(app, { config, log: silentLogger, db, coord: new MemoryCoordination({ clock: systemClock }), clock: systemClock }, bus, { mtaUrl: undefined });
+    registerFeedback(app, { config, log: silentLogger, db, coord: new MemoryCoordination({ clock: systemClock }), clock: systemClock }, bus);
     await app.listen({ host: '127.0.0.1', port: 0 });
     const base = `http://127.0.0.1:${boundPort(app)}`;
     const raw = randomBytes(KB * 768).toString('base64'); // KB of message, as base64

@@ -39,7 +39,7 @@ export async function createBackend(s: Services, peers: BackendPeers): Promise<B
   app.decorate('events', events);
   const providers = new ProviderRouter(providerSettings(s.config, peers.mtaUrl), { db: s.db, clock: s.clock, log: s.log.child({ area: 'sending' }) });
   const webhooks = registerWebhooks(app, s, events);
-  const feedback = registerFeedback(app, s, events, peers);
+  registerFeedback(app, s, events);
   registerMailboxes(app, s, peers);
   const publicArea = await registerPublic(app, s, providers, events);
   const campaigns = await registerCampaigns(app, s, publicArea, providers, events);
@@ -58,10 +58,8 @@ export async function createBackend(s: Services, peers: BackendPeers): Promise<B
       await publicArea.start();
       await campaigns.start();
       await api.start();
-      feedback.start();
     },
     async stop() {
-      await feedback.stop();
       await api.stop();
       await campaigns.stop();
       await publicArea.stop();

@@ -3,7 +3,7 @@ import type { Clock } from '../shared/clock.js';
 import type { Logger } from '../shared/log.js';
 import type { JobHandler } from '../shared/queue/worker.js';
 import type { Deliverer, DeliveryResult, OutboundMessage } from './delivery/types.js';
-import { applyEffects, bouncedEvent, type EffectDeps } from './effects.js';
+import { applyEffects, bouncedEvent, droppedEvent, type EffectDeps } from './effects.js';
 import type { MtaJobPayload, MtaQueuedPayload } from './job.js';
 import { MissingBodyError, type SubmissionBodies } from './submission/bodies.js';
 import { MTA_QUEUE } from './queue.js';
@@ -53,7 +53,8 @@ const summarize = (r: Extract<DeliveryResult, { status: 'deferred' }>) =>
  *   group-wide reason (recipient domain degraded or backing off, no address of the pool
  *   eligible or with a throttle slot) also pauses the job's queue group for that delay, so
  *   its backlog is not claimed job by job only to defer
- * - pipeline drop: the job ends (`screened` / `suppressed` in the delivery log)
+ * - pipeline drop: the job ends (`screened` / `suppressed` in the delivery log, with its
+ *   `dropped` event to the backend in the same commit)
  * - sent / bounced: the job ends
  * - deferred delivery: retry by the queue's backoff; on the last attempt the job fails and a
  *   soft `bounced` event with reason `expired` goes to the backend
@@ -85,19 +86,24 @@ export function createDispatcher(d: DispatchDeps): JobHandler<MtaQueuedPayload> 
     const at = d.clock.now();
     if (outcome.type === 'drop') {
       metrics?.jobs.inc({ outcome: outcome.status });
-      await d.effects.logs.append({
-        messageId: payload.messageId,
-        jobId: job.id,
-        organizationId: payload.organizationId,
-        recipient: payload.recipient,
-        domain: payload.domain,
-        pool: null,
-        ip: null,
-        status: outcome.status,
-        reason: outcome.reason,
-        attempt: job.attempts,
-        at,
-      });
+      // A suppressed drop names the list entry's reason (read here, off the hot path: the phase's cache holds addresses only).
+      const reason = outcome.status === 'suppressed' ? ((await d.effects.suppression.get(payload.recipient))?.reason ?? 'unknown') : outcome.reason;
+      await d.effects.logs.append(
+        {
+          messageId: payload.messageId,
+          jobId: job.id,
+          organizationId: payload.organizationId,
+          recipient: payload.recipient,
+          domain: payload.domain,
+          pool: null,
+          ip: null,
+          status: outcome.status,
+          reason: outcome.status === 'suppressed' ? `suppressed: ${reason}` : reason,
+          attempt: job.attempts,
+          at,
+        },
+        droppedEvent(d.effects, ctx, outcome.status, reason, job.attempts),
+      );
       return { type: 'complete' };
     }
 

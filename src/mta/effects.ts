@@ -23,7 +23,7 @@ export interface EffectDeps {
   throttle: Throttle;
   intel: SmtpIntel;
   backoff: DomainBackoff;
-  suppression: Pick<SuppressionStore, 'add'>;
+  suppression: Pick<SuppressionStore, 'add' | 'get'>;
   logs: Pick<DeliveryLogStore, 'append'>;
   /** Builds the events that travel with delivery-log rows. */
   events: Pick<OutboxRelay, 'event'>;
@@ -142,6 +142,12 @@ function sentEvent(d: Pick<EffectDeps, 'events'>, ctx: PipelineContext, r: Extra
     },
     resultEventId(job.organizationId, job.messageId, ctx.jobId),
   );
+}
+
+/** The job's result event when the pipeline dropped it unsent (suppressed or screened). */
+export function droppedEvent(d: Pick<EffectDeps, 'events'>, ctx: PipelineContext, status: 'suppressed' | 'screened', reason: string, attempt: number): OutboxEvent | null {
+  const job = ctx.job;
+  return d.events.event(MTA_EVENT.dropped, { ...messageRef(ctx), status, reason, attempt }, resultEventId(job.organizationId, job.messageId, ctx.jobId));
 }
 
 /** The job's result event when it bounced or expired (one per job, whatever run reports it). */

@@ -19,6 +19,10 @@ const DEFAULTS: { [K in MtaEventName]: MtaEventData[K] } = {
     type: 'hard', reason: 'userunknown', smtpCode: 550, enhancedCode: '5.1.1', smtpResponse: '550 5.1.1 user unknown', mxHost: 'mx.example.test',
     pool: 'transactional', ip: '127.0.0.2', attempt: 1,
   },
+  [MTA_EVENT.dropped]: {
+    messageId: 'msg', jobId: '1', organizationId: 'default', campaignId: null, recipient: 'to@example.test', domain: 'example.test',
+    status: 'suppressed', reason: 'manual', attempt: 1,
+  },
   [MTA_EVENT.complained]: { messageId: 'msg', organizationId: 'default', campaignId: null, recipient: 'to@example.test', feedbackType: 'abuse' },
   [MTA_EVENT.inboundReceived]: {
     messageId: '<in@example.test>', from: 'Sender <from@example.test>', to: ['inbox@example.test'], subject: 'Hello', text: 'Hi', html: null,

@@ -7,27 +7,22 @@ import type { Services } from '../../shared/services.js';
 import { feedbackAdminRoutes } from './admin.js';
 import type { EventEmitter } from './pipeline.js';
 import { feedbackWebhookRoutes, type WebhookOptions } from './routes.js';
-import { MtaDropReconciler } from './mta-drops.js';
 
 export { isCampaignSendingPaused } from './sending-pause.js';
 export { applyFeedback } from './pipeline.js';
 export type { FeedbackEvent, LifecycleEvent, LifecycleStatus, SuppressionReason } from './lifecycle.js';
 
-/** Registers the routes; start() begins reading the MTA's silent drops when an MTA is configured. */
+/**
+ * Registers the routes. The MTA's drops (suppressed, screened) arrive as `dropped` events
+ * through its outbox like every other delivery result, so nothing here reads the MTA.
+ */
 export function registerFeedback(
   app: HttpApp,
   s: Services,
   events: EventEmitter,
-  peers: { mtaUrl: string | undefined },
   opts: WebhookOptions = {},
-): { start(): void; stop(): Promise<void> } {
+): void {
   const log = s.log.child({ area: 'feedback' });
   feedbackWebhookRoutes(app, { db: s.db, clock: s.clock, log, config: s.config, events }, opts);
   feedbackAdminRoutes(app, { config: s.config, db: s.db, clock: s.clock, log });
-  const drops =
-    peers.mtaUrl && s.config.MTA_API_KEY
-      ? new MtaDropReconciler({ db: s.db, clock: s.clock, log, events, coord: s.coord, mtaUrl: peers.mtaUrl, apiKey: s.config.MTA_API_KEY, organizationId: s.config.ORGANIZATION_ID })
-      : undefined;
-  app.decorate('mtaDrops', drops);
-  return { start: () => drops?.start(), stop: async () => drops?.stop() };
 }

@@ -142,17 +142,3 @@ export const MTA_SUPPRESSION_REASONS: Record<string, SuppressionReason> = {
   complaint: 'complaint',
   manual: 'manual',
 };
-
-/** Reading the MTA's silent drops from its delivery log (mta-drops.ts). */
-export const MTA_DROPS = {
-  /** How often one instance reads the log (the per-recipient record lags a drop by at most this). */
-  sweepEveryMs: 60_000,
-  /** Each window reaches back this far before the previous sweep's start: rows committed late. */
-  overlapMs: 5 * 60_000,
-  /** A fresh instance, or one taking over the sweep, reads this far back. */
-  lookbackMs: 24 * 60 * 60_000,
-  /** Events per feedback transaction. */
-  applyBatch: 500,
-  /** One page request to the MTA. */
-  timeoutMs: 15_000,
-} as const;

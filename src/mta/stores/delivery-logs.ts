@@ -39,11 +39,8 @@ export interface LogQuery {
 
 const COLS = ['message_id', 'job_id', 'organization_id', 'recipient', 'domain', 'pool', 'ip', 'status', 'hard', 'code', 'enhanced_code', 'reason', 'response', 'mx_host', 'attempt', 'created_at'];
 const TYPES = ['text', 'text', 'text', 'text', 'text', 'text', 'text', 'text', 'boolean', 'integer', 'text', 'text', 'text', 'text', 'integer', 'timestamptz'];
-// A suppressed drop's reason names the list entry's reason (`suppressed: manual`), read here
-// rather than on the hot path: the pipeline's cache holds addresses only.
 const INSERT_LOGS = `INSERT INTO mta_delivery_log (${COLS.join(', ')})
-  SELECT ${COLS.map((c) => (c === 'reason' ? `CASE WHEN u.status = 'suppressed' THEN coalesce((SELECT 'suppressed: ' || s.reason FROM mta_suppression s WHERE s.address = u.recipient), u.reason) ELSE u.reason END` : `u.${c}`)).join(', ')}
-    FROM unnest(${TYPES.map((t, i) => `$${i + 1}::${t}[]`).join(', ')}) AS u(${COLS.join(', ')})`;
+  SELECT ${COLS.join(', ')} FROM unnest(${TYPES.map((t, i) => `$${i + 1}::${t}[]`).join(', ')}) AS u(${COLS.join(', ')})`;
 /** Log rows and their events in one statement: one commit covers both (the outbox's guarantee). */
 const INSERT_LOGS_AND_EVENTS = `WITH logs AS (${INSERT_LOGS}), events AS (${insertEventsSql(COLS.length + 1)}) SELECT id FROM events`;
 

@@ -127,6 +127,7 @@ export type MtaVerifyCredentialResult = Static<typeof MtaVerifyCredentialResultS
 export const MTA_EVENT = {
   sent: 'sent',
   bounced: 'bounced',
+  dropped: 'dropped',
   complained: 'complained',
   inboundReceived: 'inbound.received',
   orgCircuitBreaker: 'org.circuit_breaker',
@@ -191,6 +192,25 @@ const BouncedData = Type.Object(
     attempt: Type.Integer({ minimum: 0 }),
     /** `dsn`: an asynchronous bounce report received after the remote accepted the message (attempt 0, jobId null). */
     source: Type.Optional(Type.Union([Type.Literal('smtp'), Type.Literal('dsn')])),
+  },
+  Open,
+);
+
+/**
+ * The pipeline dropped the job without sending (mta.md phases 1 and 2): `suppressed` (the
+ * recipient is on the suppression list; `reason` is the list entry's reason, `hard_bounce`,
+ * `complaint` or `manual`, or `unknown` when the entry went away meanwhile) or `screened`
+ * (content screening; `reason` names the check, e.g. `blocked_url`, `spam_score`). Written
+ * with the drop's delivery-log row (the outbox), so the backend learns of it at once.
+ */
+const DroppedData = Type.Object(
+  {
+    ...MessageRef,
+    jobId: Id,
+    domain: Str(253),
+    status: Type.Union([Type.Literal('suppressed'), Type.Literal('screened')]),
+    reason: Type.String({ minLength: 1, maxLength: 100 }),
+    attempt: Type.Integer({ minimum: 0 }),
   },
   Open,
 );
@@ -306,6 +326,7 @@ const AllIpsBlockedData = Type.Object(
 export const MTA_EVENT_DATA = {
   [MTA_EVENT.sent]: SentData,
   [MTA_EVENT.bounced]: BouncedData,
+  [MTA_EVENT.dropped]: DroppedData,
   [MTA_EVENT.complained]: ComplainedData,
   [MTA_EVENT.inboundReceived]: InboundReceivedData,
   [MTA_EVENT.orgCircuitBreaker]: OrgCircuitBreakerData,
@@ -367,9 +388,9 @@ export type MtaMailboxDeliveryResult = Static<typeof MtaMailboxDeliveryResultSch
 // --------------------------------------------------------------------------- delivery log
 
 /**
- * `GET /delivery-logs` (mta.md, master key): one row per attempt outcome, newest first. The
- * backend reads the `suppressed` and `screened` rows to learn of the jobs the MTA dropped
- * silently (no event is posted for them; src/backend/feedback/mta-drops.ts).
+ * `GET /delivery-logs` (mta.md, master key): one row per attempt outcome, newest first. A
+ * `suppressed` or `screened` row is written with its `dropped` event, which is how the
+ * backend learns of the drop (it never reads this log).
  */
 export const MTA_LOG_STATUSES = ['sent', 'bounced', 'deferred', 'screened', 'suppressed', 'failed'] as const;
 export type MtaLogStatus = (typeof MTA_LOG_STATUSES)[number];

@@ -70,7 +70,7 @@ export async function startFeedbackApp(
     bus.subscribe(webhooks.accept, webhooks.acceptIn);
     await webhooks.start();
   }
-  registerFeedback(app, services, bus, { mtaUrl: undefined }, opts.webhook);
+  registerFeedback(app, services, bus, opts.webhook);
   await app.listen({ host: '127.0.0.1', port: 0 });
   return {
     url: `http://127.0.0.1:${boundPort(app)}`,

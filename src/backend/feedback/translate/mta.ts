@@ -29,6 +29,7 @@ import {
   type MtaEventName,
 } from '../../../shared/contracts/mta.js';
 import { classifyBounce, normEmail, parseJson, requireEmail, timeMs, type Json } from './common.js';
+import { MTA_SUPPRESSION_REASONS } from '../policy.js';
 
 const SEVERITY: Record<MtaOperationalEventName, OperationalEvent['severity']> = {
   [MTA_EVENT.orgCircuitBreaker]: 'critical',
@@ -113,6 +114,19 @@ function translateMtaEvent(parsed: unknown, nowMs: number): Translation {
       if (d.enhancedCode && /^[245]\.\d{1,3}\.\d{1,3}$/.test(d.enhancedCode)) bounce.status = d.enhancedCode;
       return {
         events: [{ kind: 'lifecycle', ...base, providerMessageId: d.messageId, sendId: null, status: 'bounced', recipient: requireEmail(d.recipient, 'data.recipient'), bounce }],
+      };
+    }
+    case MTA_EVENT.dropped: {
+      // The MTA dropped the job unsent: suppressed (the list's reason travels as a field) or screened.
+      const d = root.data as MtaEventData[typeof MTA_EVENT.dropped];
+      const recipient = requireEmail(d.recipient, 'data.recipient');
+      const ref = { kind: 'lifecycle' as const, ...base, providerMessageId: d.messageId, sendId: null, recipient };
+      return {
+        events: [
+          d.status === 'suppressed'
+            ? { ...ref, status: 'suppressed', suppression: { reason: MTA_SUPPRESSION_REASONS[d.reason] ?? 'unknown' } }
+            : { ...ref, status: 'rejected', rejection: { reason: `screened: ${d.reason}` } },
+        ],
       };
     }
     case MTA_EVENT.complained: {
