@@ -59,8 +59,8 @@ export const contentScreening: Phase = {
       scorer ? scorer.score(job).then((s) => (s !== null && s > deps.settings.spamScorerThreshold ? drop('screened', 'spam_score') : CONTINUE)) : CONTINUE;
     const attachments = (): PhaseResult | Promise<PhaseResult> =>
       !isRawJob(job) || !deps.attachmentScanner ? score() : screenAttachments(deps.attachmentScanner, Buffer.from(job.raw, 'base64')).then((a) => (a.type === 'continue' ? score() : a));
-    const uribl = deps.uriBlocklist;
-    if (!uribl) return attachments();
-    return uribl.listed(jobLinkHosts(job)).then((hit) => (hit ? drop('screened', 'blocked_url') : attachments()));
+    const hosts = deps.uriBlocklist ? jobLinkHosts(job) : undefined;
+    if (!hosts?.size) return attachments();
+    return deps.uriBlocklist!.listed(hosts).then((hit) => (hit ? drop('screened', 'blocked_url') : attachments()));
   },
 };
