@@ -98,6 +98,8 @@ function productEnv(o: { databaseUrl: string; dataDir: string; dns: DnsServer; s
     // No DNSBL gate: the bench's sending addresses are loopback, never observed on a blocklist
     // zone (on by default in production since a9d6974, it kept every job deferred).
     DNSBL_MONITOR: 'false',
+    // No URI blocklist lookups (on by default in production): the bench's DNS serves no such zone.
+    CONTENT_URIBL: 'false',
     // Any free port for the inbound SMTP listener: 25 may be held by
     // another product on a shared machine.
     INBOUND_SMTP_PORT: '0',

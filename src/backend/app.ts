@@ -6,6 +6,7 @@ import { registerWebhooks } from './webhooks/index.js';
 import { registerFeedback } from './feedback/index.js';
 import { registerMailboxes } from './mailboxes/index.js';
 import { registerPublic } from './public/index.js';
+import { PublicRateLimiter, parseRateLimitOverrides } from './public/rate-limit.js';
 import { registerCampaigns } from './campaigns/index.js';
 import { registerApi, registerOpenApi } from './api/index.js';
 import { registerAdmin } from './admin/index.js';
@@ -33,7 +34,9 @@ export interface BackendRole {
 export async function createBackend(s: Services, peers: BackendPeers): Promise<BackendRole> {
   const app = createHttpApp({ log: s.log.child({ role: 'backend' }), trustProxy: s.config.TRUST_PROXY, limits: edgeLimits(s.config) });
   await registerOpenApi(app); // first: documents every route registered after it
-  healthRoutes(app, s);
+  // One limiter for the public routes and the health check (docs/public-endpoints.md → Rate limits).
+  const limiter = new PublicRateLimiter(s.coord, parseRateLimitOverrides(s.config.PUBLIC_RATE_LIMITS));
+  healthRoutes(app, s, limiter);
   registerAdmin(app, s); // before the other areas: its audit hook covers their admin routes
   const events = new EventBus({ clock: s.clock, log: s.log });
   app.decorate('events', events);
@@ -41,7 +44,7 @@ export async function createBackend(s: Services, peers: BackendPeers): Promise<B
   const webhooks = registerWebhooks(app, s, events);
   registerFeedback(app, s, events);
   registerMailboxes(app, s, peers);
-  const publicArea = await registerPublic(app, s, providers, events);
+  const publicArea = await registerPublic(app, s, providers, events, limiter);
   const campaigns = await registerCampaigns(app, s, publicArea, providers, events);
   const api = await registerApi(app, s, providers, events);
   await registerDashboard(app, s, providers, events, peers.mtaUrl);

@@ -33,6 +33,7 @@ import { AddressAudit } from './reputation/audit.js';
 import { DnsblResolver, type Sleep } from './reputation/dnsbl.js';
 import { FailoverRelayDeliverer } from './reputation/failover.js';
 import { BlocklistMonitor, monitorEnabled } from './reputation/monitor.js';
+import { UriBlocklist, uriblEnabled } from './reputation/uribl.js';
 import { forwardConfirmed } from './reputation/rdns.js';
 import { createLookup } from '../shared/net/resolve.js';
 import { SafeHttpClient } from '../shared/net/client.js';
@@ -374,6 +375,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     },
     scorer: s.config.SPAMSCORER_URL ? new HttpSpamScorer(s.config.SPAMSCORER_URL, log) : null,
     attachmentScanner: scanner.configured ? scanner : null,
+    uriBlocklist: uriblEnabled(s.config) ? new UriBlocklist({ zones: s.config.CONTENT_URIBL_ZONES, servers: s.config.DNS_SERVERS, clock: s.clock, policy: policy.uribl, log }) : null,
     suppression: stores.suppression,
     breaker,
     orgLimits: stores.orgLimits,

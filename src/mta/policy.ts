@@ -176,6 +176,23 @@ export interface MtaPolicy {
   deliveryLogRetentionDays: number;
   /** Domains (and their subdomains) whose links screen a message out. Extended by CONTENT_URL_BLOCKLIST. */
   urlBlocklist: string[];
+  /**
+   * Content screening's DNS URI blocklist (CONTENT_URIBL, CONTENT_URIBL_ZONES; docs/mta.md):
+   * its link domains asked as `<domain>.<zone>`. A failed lookup passes the message.
+   */
+  uribl: {
+    /** One query's timeout, and the attempts (no retry: the message waits in phase 1). */
+    queryTimeoutMs: number;
+    attempts: number;
+    backoffBaseMs: number;
+    /** Names asked per message at most (a link's host and its parents count one each); the rest pass. */
+    maxNames: number;
+    /** How long a listed or clean answer is kept; an unknown one (the resolver failed) is kept less. */
+    cacheTtlMs: number;
+    unknownTtlMs: number;
+    /** Answers kept at most (the oldest go first). */
+    cacheMaxEntries: number;
+  };
   inbound: {
     maxClients: number;
     maxConnectionsPerIp: number;
@@ -359,6 +376,8 @@ export const DEFAULT_POLICY: MtaPolicy = {
   },
   deliveryLogRetentionDays: 30,
   urlBlocklist: [],
+  // SpamAssassin's URIDNSBL waits about 2 s per message for its lists; we ask every name at once.
+  uribl: { queryTimeoutMs: 1_500, attempts: 1, backoffBaseMs: 0, maxNames: 24, cacheTtlMs: 10 * MINUTE, unknownTtlMs: MINUTE, cacheMaxEntries: 50_000 },
   // The inbound SMTP listener (docs/bounces.md). 100 recipients is RFC 5321's minimum a
   // server must take; a DSN names one, routed mail rarely more.
   inbound: {

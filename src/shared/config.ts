@@ -201,6 +201,8 @@ export const SPEC = {
   DKIM_KEYS: v(str, 'DKIM keys seeded at start (JSON array of {domain, selector, privateKey})', { secret: true }),
   QUEUE_MAX_DEPTH: v(posInt, 'pending MTA jobs above which POST /send answers 429', { default: 1_000_000 }),
   CONTENT_URL_BLOCKLIST: v(list, 'domains whose links screen a message out (adds to the MTA policy list)', { default: [] }),
+  CONTENT_URIBL: v(bool, 'content screening asks CONTENT_URIBL_ZONES (DNS domain blocklists) about the domains of every link, failing open (unset: on in production, off otherwise)'),
+  CONTENT_URIBL_ZONES: v(list, 'DNS URI blocklist zones of content screening, asked as <domain>.<zone> through DNS_SERVERS', { default: ['dbl.spamhaus.org', 'multi.surbl.org'] }),
   MTA_WARMED_IPS: v(list, 'sending IPs that are already warm (no warming cap)', { default: [] }),
   MTA_TLSRPT_FROM: v(str, 'sender of TLS-RPT mailto: reports; its domain needs a DKIM key (unset: mailto: endpoints are skipped)'),
   MTA_TLSRPT_RUA: v(list, 'TLS-RPT rua= endpoints (mailto:/https:) emitted in the records of every sending domain (unset: no TLS-RPT record)'),

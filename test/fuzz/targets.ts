@@ -24,7 +24,7 @@ import type { MtaJobPayload } from '../../src/mta/job.js';
 import { EDGE_POLICY } from '../../src/shared/edge-policy.js';
 import { findInputFault, textFault } from '../../src/shared/input.js';
 import { domainOf, formatMailbox, normalizeAddress, parseMailbox } from '../../src/shared/mail/address.js';
-import { isHeaderName, isReservedHeader } from '../../src/shared/mail/headers.js';
+import { isCfblHeader, isHeaderName, isReservedHeader } from '../../src/shared/mail/headers.js';
 import { classify, isHardReason } from '../../src/shared/mail/bounce/classify.js';
 import { BOUNCE_REASONS } from '../../src/shared/mail/bounce/types.js';
 import { Signer } from '../../src/shared/signing.js';
@@ -272,7 +272,7 @@ export const TARGETS: FuzzTarget[] = [
         const head = wire.slice(0, wire.indexOf('\r\n\r\n'));
         const names = head.split('\r\n').filter((l) => !/^[ \t]/.test(l)).map((l) => l.slice(0, l.indexOf(':')).toLowerCase());
         const allowed = new Set(['from', 'to', 'subject', 'date', 'message-id', 'mime-version', 'content-type', 'content-transfer-encoding']);
-        const callers = Object.keys(m.headers).filter((h) => isHeaderName(h) && !isReservedHeader(h)).map((h) => h.toLowerCase());
+        const callers = Object.keys(m.headers).filter((h) => isHeaderName(h) && !isReservedHeader(h) && !isCfblHeader(h)).map((h) => h.toLowerCase());
         for (const n of names) if (!allowed.has(n) && !callers.includes(n)) return false;
         for (const own of ['from', 'to', 'subject', 'date', 'message-id', 'mime-version']) if (names.filter((n) => n === own).length !== 1) return false;
         // Dot-stuffing: one terminator, at the end; un-stuffing gives the message back.

@@ -6,6 +6,7 @@ import { LinkSigner } from '../../src/backend/public/tracked-links.js';
 import { DkimKeyCache } from '../../src/mta/delivery/dkim/keys.js';
 import { PgDkimKeyStore } from '../../src/mta/stores/dkim.js';
 import { ManualClock } from '../../src/shared/clock.js';
+import { decodePayload } from '../../src/shared/queue/payload-codec.js';
 import { loadSigner } from '../../src/shared/signing.js';
 import { envelopeOf, MTA_SECRET, rawRequest, startProduct, type Product } from './helpers.js';
 
@@ -103,5 +104,18 @@ describe('finding 9', () => {
     const t = await p.call(p.backend, 'POST', '/api/v1/transactional', { auth: key, body: { to: 'r@example.org', from: 'a@sender.example', subject: 's', html: '<p>x</p>', headers: { 'DKIM-Whatever': 'x' } } });
     expect(t.status).toBe(400);
     expect(t.body.error.data.reason).toBe('reserved_header');
+  });
+
+  it("a caller's CFBL-* headers, in any case, are removed rather than refused at both doors (the MTA writes its own pair)", async () => {
+    const headers = { 'CFBL-Address': 'fbl@evil.test; report=arf', 'cfbl-feedback-id': 'forged', 'X-Keep': 'k' };
+    const t = await p.call(p.backend, 'POST', '/api/v1/transactional', { auth: key, body: { to: 'cfbl@example.org', from: 'a@sender.example', subject: 's', html: '<p>x</p>', headers } });
+    expect(t.status, JSON.stringify(t.body)).toBe(202);
+    const s = await p.call(p.mta, 'POST', '/send', { auth: 'mta', body: { messageId: 'cfbl-direct', to: 'r@example.org', from: 'a@sender.example', subject: 's', html: '<p>x</p>', ipPool: 'transactional', organizationId: 'o', dkimDomain: 'sender.example', headers } });
+    expect(s.status, JSON.stringify(s.body)).toBe(202);
+    // What is queued no longer carries them: the job's payload, as the deliverer reads it.
+    const jobs = await p.app.db.pool.query<{ payload: Buffer }>(`SELECT payload FROM queue_jobs WHERE queue = 'mta'`);
+    const queued = jobs.rows.map((j) => JSON.parse(decodePayload(j.payload))).filter((j) => j.messageId === t.body.data.id || j.messageId === 'cfbl-direct');
+    expect(queued).toHaveLength(2);
+    for (const j of queued) expect(j.headers).toEqual({ 'X-Keep': 'k' });
   });
 });

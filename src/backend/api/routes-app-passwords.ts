@@ -5,7 +5,8 @@
  * kept: the passwords are 32 random bytes, so a slow hash would add nothing but latency.
  */
 import { Type, type Static } from '@sinclair/typebox';
-import { APP_PASSWORD_PREFIX, MtaVerifyCredentialSchema, type MtaVerifyCredentialResult } from '../../shared/contracts/mta.js';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { APP_PASSWORD_PREFIX, MtaVerifyCredentialSchema, type MtaVerifyCredential, type MtaVerifyCredentialResult } from '../../shared/contracts/mta.js';
 import { toIso } from '../../shared/clock.js';
 import { newId, randomToken, sha256Hex } from '../../shared/crypto.js';
 import { badInput, notFound, unauthenticated, unavailable } from '../../shared/errors.js';
@@ -18,6 +19,7 @@ import type { ApiDeps } from './deps.js';
 import { errors } from './schemas.js';
 
 const PREFIX = APP_PASSWORD_PREFIX;
+const credentialCheck = TypeCompiler.Compile(MtaVerifyCredentialSchema);
 const CreateBody = Type.Object(
   {
     name: Type.Optional(Type.String({ maxLength: 200 })),
@@ -133,8 +135,11 @@ export async function verifyCredentialRoute(app: HttpApp, d: ApiDeps): Promise<v
       } catch {
         throw badInput('The body must be JSON', 'invalid_json');
       }
-      const p = parsed as Partial<Static<typeof MtaVerifyCredentialSchema>>;
-      if (typeof p?.password !== 'string' || p.password.length === 0 || p.password.length > 512) throw badInput('password is required', 'validation_error');
+      if (!credentialCheck.Check(parsed)) {
+        const e = credentialCheck.Errors(parsed).First();
+        throw badInput(`Credential check: ${e ? `${e.path} ${e.message}`.trim() : 'invalid'}`, 'invalid_payload');
+      }
+      const p = parsed as MtaVerifyCredential;
       if (!p.password.startsWith(PREFIX)) return { data: { valid: false } };
       const r = await d.db.query<{ id: string; senders: string[] }>(
         'UPDATE app_passwords SET last_used_at = $2 WHERE password_hash = $1 AND revoked_at IS NULL RETURNING id, senders',

@@ -9,7 +9,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { badInput, notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
 import { formatMailbox, parseMailbox } from '../../shared/mail/address.js';
-import { isHeaderName, isReservedHeader } from '../../shared/mail/headers.js';
+import { isHeaderName, isReservedHeader, withoutCfbl } from '../../shared/mail/headers.js';
 import type { ApiDeps } from './deps.js';
 import { idempotencyKey, requestHash } from './idempotency.js';
 import { TRANSACTIONAL } from './policy.js';
@@ -118,5 +118,6 @@ function checkHeaders(h: Record<string, string> | undefined): Record<string, str
     if (isReservedHeader(name)) throw badInput(`Header ${name} cannot be set; use the matching field`, 'reserved_header');
     if (/[\r\n\0]/.test(value)) throw badInput(`Header ${name} must be a single line`, 'invalid_header');
   }
-  return h;
+  // A caller's CFBL-* fields are removed, not refused: the MTA writes its own pair (mta.md).
+  return withoutCfbl(h);
 }

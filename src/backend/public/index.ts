@@ -19,7 +19,7 @@ import { formAdminRoutes } from './forms-admin.js';
 import { formRoutes } from './forms.js';
 import { FORM_LIMITS } from './policy.js';
 import { preferencesRoutes } from './preferences.js';
-import { PublicRateLimiter, parseRateLimitOverrides } from './rate-limit.js';
+import type { PublicRateLimiter } from './rate-limit.js';
 import { shareRoutes } from './share.js';
 import { LinkSigner } from './tracked-links.js';
 import { TrackingRecorder } from './tracking-recorder.js';
@@ -35,8 +35,7 @@ export interface PublicArea {
   stop(): Promise<void>;
 }
 
-export async function registerPublic(app: HttpApp, s: Services, providers: ProviderRouter, events: EventBus | undefined): Promise<PublicArea> {
-  const limiter = new PublicRateLimiter(s.coord, parseRateLimitOverrides(s.config.PUBLIC_RATE_LIMITS));
+export async function registerPublic(app: HttpApp, s: Services, providers: ProviderRouter, events: EventBus | undefined, limiter: PublicRateLimiter): Promise<PublicArea> {
   const signer = await loadSigner(s.db);
   const links = new LinkSigner(signer);
   const recorder = new TrackingRecorder({

@@ -26,6 +26,8 @@ export const RATE_LIMITS = {
   share: { burst: 20, perMinute: 60 },
   /** `/unsub/...`, per IP + token (verify, one-click POST, page). */
   unsubscribe: { burst: 10, perMinute: 30 },
+  /** `GET /api/v1/health`, per IP: a load balancer or monitor polls every second or so. */
+  health: { burst: 60, perMinute: 600 },
   /** `POST /forms/:formId`, per IP: a sign-up form needs a handful per minute, a bot needs thousands. */
   forms: { burst: 10, perMinute: 20 },
 } as const satisfies Record<string, RateRule>;

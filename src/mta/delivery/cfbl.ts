@@ -19,7 +19,7 @@ export interface CfblInput {
   key: string | undefined;
   /** A DKIM key exists for the domain (the headers are worthless unsigned: RFC 9477 §3.1). */
   signed: boolean;
-  /** Already-built MIME sealed by its author: nothing may be added to it. */
+  /** Already-built MIME its author signed (isSealedRaw): nothing may be added to it. */
   sealedRaw: boolean;
 }
 

@@ -15,7 +15,7 @@ import { classifyReply, parseReply, reasonFor } from './classify.js';
 import { DkimKeyCache, type KeySource } from './dkim/keys.js';
 import { dkimSign } from './dkim/sign.js';
 import { CFBL_OUTCOMES, cfblHeaders, cfblOutcome } from './cfbl.js';
-import { buildMessage, buildRawMessage, MessageBuildError, requireMailbox, stableMessageId } from './mime.js';
+import { buildMessage, buildRawMessage, isSealedRaw, MessageBuildError, requireMailbox, stableMessageId } from './mime.js';
 import { MxResolver, type MxHost } from './mx.js';
 import { ConnectionPool, PoolBusyError, PoolClosedError, type PoolSettings } from './pool.js';
 import { ProvenanceStore } from './provenance.js';
@@ -211,7 +211,7 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
 
     const returnHost = o.returnPathHost?.(dkimDomain) ?? o.bounceHost;
     const envelopeFrom = verpAddress(msg.messageId, o.verpKey, returnHost);
-    const cfbl = cfblOutcome({ fromDomain, host: returnHost, key: o.verpKey, signed: keys.length > 0, sealedRaw: msg.raw !== undefined });
+    const cfbl = cfblOutcome({ fromDomain, host: returnHost, key: o.verpKey, signed: keys.length > 0, sealedRaw: msg.raw !== undefined && isSealedRaw(msg.raw) });
     const ownHeaders = cfbl === 'emitted' ? cfblHeaders(msg.messageId, o.verpKey, returnHost) : undefined;
     let cfblCounted = false;
     const messageIdHeader = stableMessageId(msg.organizationId, msg.messageId, dkimDomain);
@@ -226,7 +226,7 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
       let p = built.get(eightBit);
       if (!p) {
         p = (async () => {
-          const b = msg.raw !== undefined ? buildRawMessage(msg, { messageIdHeader, date: now }) : buildMessage(msg, { messageIdHeader, date: now, eightBit, ownHeaders });
+          const b = msg.raw !== undefined ? buildRawMessage(msg, { messageIdHeader, date: now, ownHeaders }) : buildMessage(msg, { messageIdHeader, date: now, eightBit, ownHeaders });
           const sig = await dkimSign(b.wire, keys, Math.floor(now / 1000));
           return { parts: [sig, b.wire] as [string, string], size: sig.length + b.wire.length, eightBit: b.eightBit };
         })();

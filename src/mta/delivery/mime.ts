@@ -11,7 +11,7 @@
 import * as mimeFuncs from 'nodemailer/lib/mime-funcs';
 import { randomToken } from '../../shared/crypto.js';
 import { domainOf, parseMailbox, type Mailbox } from '../../shared/mail/address.js';
-import { isHeaderName, isReservedHeader } from '../../shared/mail/headers.js';
+import { headerFieldRanges, isCfblHeader, isHeaderName, isReservedHeader, withoutFields } from '../../shared/mail/headers.js';
 import { encodeQuotedPrintable, qpEscapes } from './qp.js';
 import type { OutboundMessage } from './types.js';
 
@@ -175,7 +175,7 @@ export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMes
   const dropped: string[] = [];
   let extra = 0;
   for (const [name, value] of Object.entries(msg.headers ?? {})) {
-    if (!isHeaderName(name) || isReservedHeader(name) || typeof value !== 'string' || extra >= MAX_EXTRA_HEADERS) {
+    if (!isHeaderName(name) || isReservedHeader(name) || isCfblHeader(name) || typeof value !== 'string' || extra >= MAX_EXTRA_HEADERS) {
       dropped.push(name);
       continue;
     }
@@ -232,21 +232,25 @@ export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMes
 }
 
 /**
- * The wire form of an already-built message (SMTP submission): its octets unchanged, with
- * Message-ID and Date prepended only when the author left them out (RFC 5322 requires both;
- * RFC 6409 §8 lets a submission server add them). Nothing else is touched, so the author's
- * own signatures and structure survive; the DKIM-Signature goes in front of it all.
+ * The wire form of an already-built message (SMTP submission, forwarding): its octets unchanged
+ * but for the author's CFBL-* fields, which are removed (any case, folded, repeated: the pair is
+ * ours, mta.md), with Message-ID and Date prepended only when the author left them out (RFC 5322
+ * requires both; RFC 6409 §8 lets a submission server add them) and our own CFBL pair when
+ * given. Nothing else is touched, so the author's structure survives; the DKIM-Signature goes
+ * in front of it all.
  */
-export function buildRawMessage(msg: OutboundMessage, opts: Pick<BuildOptions, 'messageIdHeader' | 'date'>): BuiltMessage {
+export function buildRawMessage(msg: OutboundMessage, opts: Pick<BuildOptions, 'messageIdHeader' | 'date' | 'ownHeaders'>): BuiltMessage {
   const from = requireMailbox(msg.from, 'from');
   const to = requireMailbox(msg.to, 'to');
-  const octets = Buffer.from(msg.raw ?? '', 'base64').toString('latin1');
-  const end = octets.indexOf('\r\n\r\n');
-  const head = end < 0 ? octets : octets.slice(0, end + 2);
-  const has = (name: string) => new RegExp(`^${name}[ \\t]*:`, 'im').test(head);
+  const bytes = Buffer.from(msg.raw ?? '', 'base64');
+  const fields = headerFieldRanges(bytes);
+  const callers = fields.filter((f) => isCfblHeader(f.name));
+  const octets = withoutFields(bytes, callers).toString('latin1');
+  const has = (name: string) => fields.some((f) => f.name === name);
   let added = '';
-  if (!has('Message-ID')) added += field('Message-ID', opts.messageIdHeader);
-  if (!has('Date')) added += field('Date', rfc5322Date(opts.date));
+  if (!has('message-id')) added += field('Message-ID', opts.messageIdHeader);
+  if (!has('date')) added += field('Date', rfc5322Date(opts.date));
+  for (const [name, value] of opts.ownHeaders ?? []) added += field(name, value);
   const wire = added + octets;
   return {
     wire,
@@ -257,6 +261,18 @@ export function buildRawMessage(msg: OutboundMessage, opts: Pick<BuildOptions, '
     to,
     // eslint-disable-next-line no-control-regex
     eightBit: /[^\x00-\x7f]/.test(octets),
-    droppedHeaders: [],
+    droppedHeaders: callers.map((f) => f.name),
   };
+}
+
+/** Base64 characters of a raw job that hold its header block (headerFieldRanges reads the first MB). */
+const RAW_HEAD_B64 = Math.ceil((1024 * 1024) / 3) * 4;
+
+/**
+ * Already-built MIME its author signed (a DKIM-Signature or ARC-Seal of their own): the MTA adds
+ * no CFBL pair to it (outcome sealed_raw), since an author's signature may cover those names.
+ */
+export function isSealedRaw(rawBase64: string): boolean {
+  const head = Buffer.from(rawBase64.slice(0, RAW_HEAD_B64), 'base64');
+  return headerFieldRanges(head).some((f) => f.name === 'dkim-signature' || f.name === 'arc-seal');
 }

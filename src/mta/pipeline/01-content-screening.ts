@@ -1,21 +1,19 @@
 import { isRawJob } from '../../shared/contracts/mta.js';
 import { domainOf } from '../../shared/mail/address.js';
+import type { MtaJobPayload } from '../job.js';
+import { domainAndParents, linkHosts } from '../reputation/uribl.js';
 import { screenAttachments } from '../scan/screen.js';
 import { CONTINUE, drop, type Phase, type PhaseResult, type PipelineContext } from './types.js';
 
-const URL_HOST = /\bhttps?:\/\/([^\s"'<>/?#\\:@]+)/gi;
+/** The hosts of a job's http(s) links: in its html and text, or in a raw job's octets. */
+function jobLinkHosts(job: MtaJobPayload): Set<string> {
+  return isRawJob(job) ? linkHosts(Buffer.from(job.raw, 'base64').toString('latin1')) : linkHosts(job.html, job.text);
+}
 
-/** Hosts of http(s) links in `s` whose host, or a parent domain of it, is listed. */
-function blockedHost(s: string | undefined, blocklist: ReadonlySet<string>): string | null {
-  if (!s) return null;
-  for (const m of s.matchAll(URL_HOST)) {
-    let host = m[1]!.toLowerCase().replace(/\.$/, '');
-    for (;;) {
-      if (blocklist.has(host)) return host;
-      const dot = host.indexOf('.');
-      if (dot < 0) break;
-      host = host.slice(dot + 1);
-    }
+/** A host whose name, or a parent domain of it, is listed. */
+function blockedHost(hosts: Iterable<string>, blocklist: ReadonlySet<string>): string | null {
+  for (const host of hosts) {
+    if (domainAndParents(host).some((d) => blocklist.has(d))) return host;
   }
   return null;
 }
@@ -30,24 +28,23 @@ export function screen(ctx: PipelineContext): PhaseResult {
   if (isRawJob(job)) {
     // Submitted MIME: intake checked its From and size; the links are screened in its octets.
     if (job.dkimDomain.toLowerCase() !== domainOf(job.from)) return drop('screened', 'dkim_domain_mismatch');
-    if (st.urlBlocklist.size > 0 && blockedHost(Buffer.from(job.raw, 'base64').toString('latin1'), st.urlBlocklist)) return drop('screened', 'blocked_url');
+    if (st.urlBlocklist.size > 0 && blockedHost(jobLinkHosts(job), st.urlBlocklist)) return drop('screened', 'blocked_url');
     return CONTINUE;
   }
   if (blank(job.subject)) return drop('screened', 'missing_subject');
   if (job.dkimDomain.toLowerCase() !== domainOf(job.from)) return drop('screened', 'dkim_domain_mismatch');
   if (blank(job.html) && blank(job.text)) return drop('screened', 'empty_body');
   if (job.html && Buffer.byteLength(job.html) > st.contentMaxSizeKb * 1024) return drop('screened', 'html_too_large');
-  if (st.urlBlocklist.size > 0 && (blockedHost(job.html, st.urlBlocklist) ?? blockedHost(job.text, st.urlBlocklist))) {
-    return drop('screened', 'blocked_url');
-  }
+  if (st.urlBlocklist.size > 0 && blockedHost(jobLinkHosts(job), st.urlBlocklist)) return drop('screened', 'blocked_url');
   return CONTINUE;
 }
 
 /**
  * Phase 1: drop (`screened`) content that must not leave: DKIM domain not the From domain,
- * HTML over CONTENT_MAX_SIZE_KB, no body, missing From or Subject, a blocklisted link, malware
- * in an attachment of submitted (raw MIME) mail when a scanner is configured, or a spam score
- * above SPAMSCORER_REJECT_THRESHOLD. The scanner and the scorer are optional and fail open.
+ * HTML over CONTENT_MAX_SIZE_KB, no body, missing From or Subject, a link to a domain of the
+ * static list or listed on a DNS URI blocklist (CONTENT_URIBL), malware in an attachment of
+ * submitted (raw MIME) mail when a scanner is configured, or a spam score above
+ * SPAMSCORER_REJECT_THRESHOLD. The URI blocklist, the scanner and the scorer fail open.
  */
 export const contentScreening: Phase = {
   name: 'content_screening',
@@ -60,7 +57,10 @@ export const contentScreening: Phase = {
     const scorer = deps.scorer;
     const score = (): PhaseResult | Promise<PhaseResult> =>
       scorer ? scorer.score(job).then((s) => (s !== null && s > deps.settings.spamScorerThreshold ? drop('screened', 'spam_score') : CONTINUE)) : CONTINUE;
-    if (!isRawJob(job) || !deps.attachmentScanner) return score();
-    return screenAttachments(deps.attachmentScanner, Buffer.from(job.raw, 'base64')).then((a) => (a.type === 'continue' ? score() : a));
+    const attachments = (): PhaseResult | Promise<PhaseResult> =>
+      !isRawJob(job) || !deps.attachmentScanner ? score() : screenAttachments(deps.attachmentScanner, Buffer.from(job.raw, 'base64')).then((a) => (a.type === 'continue' ? score() : a));
+    const hosts = deps.uriBlocklist ? jobLinkHosts(job) : undefined;
+    if (!hosts?.size) return attachments();
+    return deps.uriBlocklist!.listed(hosts).then((hit) => (hit ? drop('screened', 'blocked_url') : attachments()));
   },
 };

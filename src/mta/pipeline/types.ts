@@ -6,6 +6,7 @@ import type { MtaJobPayload } from '../job.js';
 import type { MtaPolicy } from '../policy.js';
 import type { AttachmentScanner } from '../scan/index.js';
 import type { SendingIp, SendingPools } from '../pools.js';
+import type { UriBlocklist } from '../reputation/uribl.js';
 import type { OrgBreaker } from '../state/breaker.js';
 import type { DomainBackoff } from '../state/domain-backoff.js';
 import type { IpStatus } from '../state/ip-status.js';
@@ -85,6 +86,8 @@ export interface PipelineDeps {
     urlBlocklist: ReadonlySet<string>;
   };
   scorer: SpamScorer | null;
+  /** DNS URI blocklist of link domains (src/mta/reputation/uribl.ts); null unless CONTENT_URIBL (production default). */
+  uriBlocklist?: Pick<UriBlocklist, 'listed'> | null;
   /** Malware scan of raw-MIME jobs' attachments (src/mta/scan/screen.ts); null without CLAMD_*. */
   attachmentScanner?: AttachmentScanner | null;
   suppression: { has(address: string): boolean };

@@ -1,5 +1,6 @@
 /**
- * The one DNSBL lookup (mta.md → Blocklist lookup result), used by the monitor and the audit.
+ * The one DNSBL lookup (mta.md → Blocklist lookup result), used by the monitor, the audit and
+ * content screening's URI blocklist (uribl.ts, domains instead of addresses).
  * Node's c-ares resolver through DNS_SERVERS: it already speaks DNS over UDP with timeouts and
  * maps every rcode to an error code, so only the retry policy and the answer table are ours.
  */
@@ -51,6 +52,7 @@ export function expandIPv6(ip: string): string {
 }
 
 const RESERVED = /^127\.255\.255\.\d+$/;
+const DOMAIN_RESERVED = /^127\.(255\.255\.\d+|0\.0\.1)$/;
 const LISTED = /^127\.\d+\.\d+\.\d+$/;
 const CAUSE: Record<string, UnknownCause> = { ETIMEOUT: 'timeout', ESERVFAIL: 'servfail', EREFUSED: 'refused' };
 
@@ -58,7 +60,8 @@ export interface DnsblResolverOptions {
   /** DNS_SERVERS entries (`host[:port]`); empty: the system's. */
   servers?: readonly string[];
   clock: Clock;
-  policy: MtaPolicy['reputation'];
+  /** The query timeout and the attempts with their backoff. */
+  policy: Pick<MtaPolicy['reputation'], 'queryTimeoutMs' | 'attempts' | 'backoffBaseMs'>;
   /** Waits between attempts (tests pass one that advances a ManualClock). */
   sleep?: Sleep;
 }
@@ -76,14 +79,26 @@ export class DnsblResolver {
 
   /** One address on one zone, per the answer table: never throws. */
   async lookup(ip: string, zone: string): Promise<DnsblResult> {
-    const name = dnsblName(ip, zone);
+    return { ip, zone, ...(await this.query(dnsblName(ip, zone), RESERVED)) };
+  }
+
+  /**
+   * One domain on a domain (URI) blocklist, queried as `<domain>.<zone>` (Spamhaus DBL, SURBL,
+   * URIBL): the same table, except that 127.0.0.1 is the list refusing the query too (SURBL's and
+   * URIBL's "access blocked"; RFC 5782 §2.1 keeps it out of listings). `ip` holds the domain.
+   */
+  async lookupDomain(domain: string, zone: string): Promise<DnsblResult> {
+    return { ip: domain, zone, ...(await this.query(`${domain}.${zone}`, DOMAIN_RESERVED)) };
+  }
+
+  private async query(name: string, reservedCodes: RegExp): Promise<Omit<DnsblResult, 'ip' | 'zone'>> {
     const { attempts, backoffBaseMs } = this.opts.policy;
     let cause: UnknownCause = 'resolver_error';
     for (let n = 1; ; n++) {
-      const out = (state: DnsblState, codes: string[], c: UnknownCause | null): DnsblResult => ({ ip, zone, state, codes, cause: c, attempts: n, at: this.opts.clock.now() });
+      const out = (state: DnsblState, codes: string[], c: UnknownCause | null) => ({ state, codes, cause: c, attempts: n, at: this.opts.clock.now() });
       try {
         const answers = await this.resolver.resolve4(name);
-        const reserved = answers.filter((a) => RESERVED.test(a));
+        const reserved = answers.filter((a) => reservedCodes.test(a));
         // A reserved code is the list refusing us (policy, rate limit): asking again won't help.
         if (reserved.length) return out('unknown', reserved, 'reserved_code');
         const codes = answers.filter((a) => LISTED.test(a)).sort();

@@ -5,7 +5,7 @@ import { AppError, badInput, forbidden } from '../../shared/errors.js';
 import { inputError, type HttpApp } from '../../shared/http.js';
 import { findInputFault, markChecked, type InputFault } from '../../shared/input.js';
 import { asciiDomain, domainOf, normalizeAddress, parseMailbox } from '../../shared/mail/address.js';
-import { isHeaderName, isReservedHeader } from '../../shared/mail/headers.js';
+import { isHeaderName, isReservedHeader, withoutCfbl } from '../../shared/mail/headers.js';
 import type { MtaContext } from '../context.js';
 import { GroupCommit } from '../intake.js';
 import { groupKeyOf, type MtaJobPayload } from '../job.js';
@@ -143,6 +143,8 @@ function validate(m: MtaContext, body: MtaBuiltJob): MtaJobPayload {
   const recipient = to.toLowerCase();
   const payload: MtaJobPayload = {
     ...body,
+    // A caller's CFBL-* fields are removed, not refused: the MTA writes its own pair (mta.md).
+    headers: withoutCfbl(body.headers),
     to,
     dkimDomain,
     // JSON cannot carry a non-finite number: an unusable score is stored as unknown.
@@ -168,6 +170,7 @@ export function storedJson(raw: Buffer | undefined, p: MtaJobPayload): Buffer | 
   const end = raw.lastIndexOf(0x7d); // the closing brace
   if (end < 0) return undefined;
   const { to, dkimDomain, engagementScore, recipient, domain, band, acceptedAt } = p;
-  const tail = Buffer.from(`,${JSON.stringify({ to, dkimDomain, engagementScore, recipient, domain, band, acceptedAt }).slice(1)}`, 'utf8');
+  const headers = 'headers' in p ? p.headers : undefined;
+  const tail = Buffer.from(`,${JSON.stringify({ headers, to, dkimDomain, engagementScore, recipient, domain, band, acceptedAt }).slice(1)}`, 'utf8');
   return Buffer.concat([raw.subarray(0, end), tail]);
 }

@@ -17,9 +17,11 @@ import { startDnsServer, type DnsServer } from '../../harness/dns.js';
 import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
 import { createTestCa } from '../../harness/tls.js';
 import { dkimpyVerify } from '../delivery/dkimpy.js';
+import { verifyToken } from '../../../src/mta/delivery/verp.js';
 
 const KEY = 'lm_mta_sub_e2e_0123456789abcdefghijklmnopqrstuvwxyz';
 const HOST = 'submit.sender.test';
+const VERP_KEY = 'sub-e2e-verp-key-0123456789abcdef';
 const rsaPem = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
 let dns: DnsServer;
 let sink: SmtpSink;
@@ -49,7 +51,7 @@ beforeAll(async () => {
     role: 'mta',
     env: {
       MTA_API_KEY: KEY,
-      BOUNCE_VERP_KEY: 'sub-e2e-verp-key-0123456789abcdef',
+      BOUNCE_VERP_KEY: VERP_KEY,
       BOUNCE_HOST: 'bounces.sender.test',
       DNS_SERVERS: dns.servers,
       MTA_DELIVERY_PORT: String(sink.port),
@@ -135,10 +137,10 @@ function mime(extra = '', bodyBytes = 6000): Buffer {
   );
 }
 
-/** The sink's copy without the DKIM-Signature fields we put in front. */
+/** The sink's copy without the DKIM-Signature and CFBL fields we put in front. */
 function withoutOurSignature(data: Buffer): Buffer {
   let s = data.toString('latin1');
-  while (/^DKIM-Signature:/i.test(s)) {
+  while (/^(DKIM-Signature|CFBL-Address|CFBL-Feedback-ID):/i.test(s)) {
     const m = /\r\n(?![ \t])/.exec(s)!;
     s = s.slice(m.index + 2);
   }
@@ -197,4 +199,65 @@ it('with dedup off the cut-and-retried message is delivered twice, as the spec s
   await sink.waitUntil(() => arrivals(subject).length >= 2, 20_000, 'two copies');
   await settle();
   expect(arrivals(subject)).toHaveLength(2);
+});
+
+/** The CFBL fields of a delivered copy, unfolded, in order. */
+function cfblFields(data: Buffer): { name: string; value: string }[] {
+  const head = data.toString('latin1').split('\r\n\r\n')[0]!.replace(/\r\n[ \t]/g, ' ');
+  return head
+    .split('\r\n')
+    .filter((l) => /^cfbl-/i.test(l))
+    .map((l) => ({ name: l.slice(0, l.indexOf(':')), value: l.slice(l.indexOf(':') + 1).trim() }));
+}
+
+/** Exactly one pair, ours: both carry a complaint token of one message id that verifies with our key. */
+function expectOurPair(data: Buffer): void {
+  const f = cfblFields(data);
+  expect(f.map((x) => x.name)).toEqual(['CFBL-Address', 'CFBL-Feedback-ID']);
+  const token = f[1]!.value;
+  expect(verifyToken(token, VERP_KEY, 'cfbl')?.verified).toBe(true);
+  expect(f[0]!.value).toBe(`fbl+${token}@bounces.sender.test; report=arf`);
+}
+
+it("a submitter's CFBL fields (any case, folded, repeated) are removed before signing: one pair, ours, reaches the MX and dkimpy verifies it", async () => {
+  const forged = 'cfbl-address: fbl@evil.test; report=arf\r\nCFBL-Feedback-ID: forged-1\r\n\tcontinued\r\nCfBl-FeEdBaCk-Id: forged-2\r\nCFBL-ADDRESS:\r\n fbl2@evil.test\r\n';
+  const raw = mime(`X-Keep: yes\r\n${forged}`);
+  expect(await submit(raw, ['cfbl@dest.test'])).toMatch(/^250 /);
+  await sink.waitUntil(() => arrivals(`Report ${seq}`).length >= 1, 20_000, 'the message');
+  const [m] = arrivals(`Report ${seq}`);
+  const text = m!.data.toString('latin1');
+  expect(text).not.toMatch(/evil\.test|forged|continued/);
+  expectOurPair(m!.data);
+  // Nothing else changed: the author's bytes without their CFBL fields.
+  expect(withoutOurSignature(m!.data).equals(Buffer.from(raw.toString('latin1').replace(forged, ''), 'latin1'))).toBe(true);
+  expect(text).toContain('X-Keep: yes\r\n');
+  expect(await dkimpyVerify(m!.data, dns)).toEqual(['pass']);
+});
+
+it("a message its author signed gets no CFBL pair of ours (sealed_raw), and the author's CFBL fields are still removed", async () => {
+  const raw = mime('DKIM-Signature: v=1; a=rsa-sha256; d=sender.test; s=author; h=from; bh=x; b=y\r\nCFBL-Feedback-ID: forged-3\r\n');
+  expect(await submit(raw, ['sealed@dest.test'])).toMatch(/^250 /);
+  await sink.waitUntil(() => arrivals(`Report ${seq}`).length >= 1, 20_000, 'the message');
+  const [m] = arrivals(`Report ${seq}`);
+  expect(cfblFields(m!.data)).toEqual([]);
+  expect(m!.data.toString('latin1')).not.toContain('forged-3');
+  // Ours passes; the author's (made up here) does not, and is left as it came.
+  expect(await dkimpyVerify(m!.data, dns)).toEqual(['pass', 'fail']);
+});
+
+it("POST /send takes a caller's CFBL headers in any case and removes them (202, not 400): one pair, ours, reaches the MX", async () => {
+  const api = bearerApi(() => app.mtaUrl!, KEY);
+  const subject = `Send CFBL ${Date.now()}`;
+  const r = await api('POST', '/send', {
+    messageId: `cfbl-send-${Date.now()}`, to: 'send@dest.test', from: 'app@sender.test', subject, html: '<p>hi</p>', ipPool: 'transactional', organizationId: 'org-cfbl', dkimDomain: 'sender.test',
+    headers: { 'cfbl-address': 'fbl@evil.test; report=arf', 'CFBL-Feedback-ID': 'forged-4', 'Cfbl-Other': 'x', 'X-Campaign': 'c1' },
+  });
+  expect(r.status).toBe(202);
+  await sink.waitUntil(() => arrivals(subject).length >= 1, 20_000, 'the message');
+  const [m] = arrivals(subject);
+  const text = m!.data.toString('latin1');
+  expect(text).not.toMatch(/evil\.test|forged-4|Cfbl-Other/);
+  expect(text).toContain('X-Campaign: c1\r\n');
+  expectOurPair(m!.data);
+  expect(await dkimpyVerify(m!.data, dns)).toEqual(['pass']);
 });
