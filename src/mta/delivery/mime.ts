@@ -15,6 +15,9 @@ import { isHeaderName, isReservedHeader } from '../../shared/mail/headers.js';
 import { encodeQuotedPrintable, qpEscapes } from './qp.js';
 import type { OutboundMessage } from './types.js';
 
+/** What a message is built from (the send's id is not part of its bytes: the tokens come in ownHeaders). */
+type MessageContent = Omit<OutboundMessage, 'sendId'>;
+
 /** A job that cannot become a valid message (a bad address): permanent, not the remote's fault. */
 export class MessageBuildError extends Error {
   constructor(message: string) {
@@ -159,7 +162,7 @@ export function rfc5322Date(ms: number): string {
 /** The Message-ID of a job, shared with the backend (it records it for reply linking). */
 export { stableMessageId } from '../../shared/mail/message-id.js';
 
-export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMessage {
+export function buildMessage(msg: MessageContent, opts: BuildOptions): BuiltMessage {
   const from = requireMailbox(msg.from, 'from');
   const to = requireMailbox(msg.to, 'to');
   const replyTo = msg.replyTo ? requireMailbox(msg.replyTo, 'replyTo') : undefined;
@@ -237,7 +240,7 @@ export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMes
  * RFC 6409 §8 lets a submission server add them). Nothing else is touched, so the author's
  * own signatures and structure survive; the DKIM-Signature goes in front of it all.
  */
-export function buildRawMessage(msg: OutboundMessage, opts: Pick<BuildOptions, 'messageIdHeader' | 'date'>): BuiltMessage {
+export function buildRawMessage(msg: MessageContent, opts: Pick<BuildOptions, 'messageIdHeader' | 'date'>): BuiltMessage {
   const from = requireMailbox(msg.from, 'from');
   const to = requireMailbox(msg.to, 'to');
   const octets = Buffer.from(msg.raw ?? '', 'base64').toString('latin1');
