@@ -22,7 +22,7 @@ export function registerFeedback(
   opts: WebhookOptions = {},
 ): { start(): void; stop(): Promise<void> } {
   const log = s.log.child({ area: 'feedback' });
-  feedbackWebhookRoutes(app, { db: s.db, clock: s.clock, log, config: s.config, events }, opts);
+  feedbackWebhookRoutes(app, { db: s.db, clock: s.clock, log, config: s.config, events, organizationId: s.config.ORGANIZATION_ID }, opts);
   feedbackAdminRoutes(app, { config: s.config, db: s.db, clock: s.clock, log });
   const drops =
     peers.mtaUrl && s.config.MTA_API_KEY

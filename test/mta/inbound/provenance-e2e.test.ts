@@ -112,7 +112,7 @@ describe.skipIf(why !== null)(`reports find their own send${why ? ` (skipped: ${
     const r = await rest('POST', '/api/v1/transactional', { to, from: 'News <news@sender.test>', subject: 'Hello', html: '<p>Hello</p>' });
     expect(r.status, JSON.stringify(r.body)).toBe(202);
     const id = r.body.data.id as string;
-    await pollUntil(async () => (await status(id)) === 'delivered', 30_000, () => `email_sends ${id} is ${'not delivered'}\n${failure()}`);
+    await pollUntil(async () => (await status(id)) === 'delivered', 30_000, () => `email_sends ${id} is not delivered\n${failure()}`);
     return id;
   }
 
@@ -149,7 +149,7 @@ describe.skipIf(why !== null)(`reports find their own send${why ? ` (skipped: ${
     expect(cfbl, 'A\'s message carries a CFBL-Address').toBeDefined();
     await report(cfbl!, arfReport({ recipient: 'carol@dest.test' }));
     expect(await suppression('carol@dest.test')).toMatchObject({ suppressed: true, reason: 'complaint' });
-    await pollUntil(async () => (await status(id)) === 'complained', 20_000, async () => `A's send is ${await status(id)}`);
+    await pollUntil(async () => (await status(id)) === 'complained', 20_000, () => `A's send is not complained`);
     expect((await lifecycle(id)).find((e) => e.type === 'complained')).toEqual({ type: 'complained', recipient: 'carol@dest.test', send_id: id });
     // B's address took the bounce only; A's send had no bounce.
     expect(await suppression('gone-b@dest.test')).toMatchObject({ reason: 'hard_bounce' });
@@ -163,9 +163,27 @@ describe.skipIf(why !== null)(`reports find their own send${why ? ` (skipped: ${
     ]);
   }, 150_000);
 
+  it('one message id of two organizations to one address: a bounce of B\'s copy leaves A\'s send at the backend as it was', async () => {
+    const id = await sendA('dave@dest.test');
+    const b = await mta('POST', '/send', { messageId: id, to: 'dave@dest.test', from: 'News <news@sender.test>', subject: 'Hello', html: '<p>Hello</p>', ipPool: 'transactional', organizationId: 'org-b', dkimDomain: 'sender.test' });
+    expect(b.status, JSON.stringify(b.body)).toBe(202);
+    await sink.waitUntil(() => sink.messages.filter((m) => m.rcptTo.includes('dave@dest.test')).length === 2, 30_000, 'both copies at the sink');
+    const [copyA, copyB] = sink.messages.filter((m) => m.rcptTo.includes('dave@dest.test'));
+    // Each copy has its own return path; B's is the later one.
+    expect(copyA!.mailFrom).not.toBe(copyB!.mailFrom);
+    await report(copyB!.mailFrom, dsnReport({ recipient: 'dave@dest.test', status: '5.2.1', diagnostic: '550 5.2.1 Mailbox disabled for this sender', returnPath: copyB!.mailFrom }));
+    await pollUntil(async () => (await lifecycle(id)).some((e) => e.type === 'bounced'), 20_000, () => 'the backend has no bounce of B');
+    // The bounce is B's (org-b): recorded, about no send of this backend's; A's send is still delivered.
+    expect((await lifecycle(id)).filter((e) => e.type === 'bounced')).toEqual([{ type: 'bounced', recipient: 'dave@dest.test', send_id: null }]);
+    expect(await status(id)).toBe('delivered');
+    expect(hooks('email.bounced', id)).toEqual([]);
+    const [row] = (await db().query<{ organization_id: string }>(`SELECT organization_id FROM mta_feedback_reports WHERE message_id = $1`, [id])).rows;
+    expect(row).toEqual({ organization_id: 'org-b' });
+  }, 120_000);
+
   it('a real DSN after the remote\'s 250 moves the send from delivered to bounced, with one email.bounced', async () => {
     const id = await sendA('gone-a@dest.test');
-    await pollUntil(async () => (await status(id)) === 'bounced', 60_000, async () => `the send is ${await status(id)}\n${failure()}`);
+    await pollUntil(async () => (await status(id)) === 'bounced', 60_000, () => `the send is not bounced\n${failure()}`);
     expect(await suppression('gone-a@dest.test')).toMatchObject({ suppressed: true, reason: 'hard_bounce' });
     expect((await lifecycle(id)).map((e) => e.type)).toEqual(['delivered', 'bounced']);
     await pollUntil(async () => hooks('email.bounced', id).length > 0, 20_000, () => 'no email.bounced');
@@ -191,7 +209,7 @@ describe.skipIf(why !== null)(`reports find their own send${why ? ` (skipped: ${
 
     // The remote gives up: a failure with the same status is not taken for the delay's replay.
     await report(m.mailFrom, dsn('failed'));
-    await pollUntil(async () => (await status(id)) === 'bounced', 20_000, async () => `the send is ${await status(id)}`);
+    await pollUntil(async () => (await status(id)) === 'bounced', 20_000, () => 'the send is not bounced');
     expect((await lifecycle(id)).map((e) => e.type)).toEqual(['delivered', 'bounced']);
     await pollUntil(async () => hooks('email.bounced', id).length > 0, 20_000, () => 'no email.bounced');
     await new Promise((r) => setTimeout(r, 1500));

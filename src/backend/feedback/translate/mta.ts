@@ -100,6 +100,7 @@ function translateMtaEvent(parsed: unknown, nowMs: number): Translation {
             ...base,
             providerMessageId: d.messageId,
             sendId: null,
+            organizationId: d.organizationId,
             status: 'delivered',
             recipient: requireEmail(d.recipient, 'data.recipient'),
             delivery: { smtpResponse: smtpReply(d.smtpCode, d.smtpResponse) },
@@ -112,7 +113,7 @@ function translateMtaEvent(parsed: unknown, nowMs: number): Translation {
       const bounce = classifyBounce(d.type, d.smtpResponse, d.reason.toLowerCase());
       if (d.enhancedCode && /^[245]\.\d{1,3}\.\d{1,3}$/.test(d.enhancedCode)) bounce.status = d.enhancedCode;
       return {
-        events: [{ kind: 'lifecycle', ...base, providerMessageId: d.messageId, sendId: null, status: 'bounced', recipient: requireEmail(d.recipient, 'data.recipient'), bounce }],
+        events: [{ kind: 'lifecycle', ...base, providerMessageId: d.messageId, sendId: null, organizationId: d.organizationId, status: 'bounced', recipient: requireEmail(d.recipient, 'data.recipient'), bounce }],
       };
     }
     case MTA_EVENT.complained: {
@@ -124,6 +125,7 @@ function translateMtaEvent(parsed: unknown, nowMs: number): Translation {
             ...base,
             providerMessageId: d.messageId,
             sendId: null,
+            organizationId: d.organizationId,
             status: 'complained',
             recipient: requireEmail(d.recipient, 'data.recipient'),
             complaint: { feedbackType: d.feedbackType },
