@@ -204,7 +204,7 @@ async function main(): Promise<void> {
     const prov = new ProvenanceStore(running.services.db, systemClock);
     const messages = corpus(WARM + N);
     await Promise.all(
-      messages.map((_, i) => prov.record({ messageId: `bench-${i}`, organizationId: 'org-bench', campaignId: 'c1', recipient: `reader${i}@receiver.test`, domain: 'receiver.test', ip: '127.0.0.2', sentAt: Date.now() })),
+      messages.map((_, i) => prov.record({ sendId: `bench-${i}`, messageId: `bench-${i}`, organizationId: 'org-bench', campaignId: 'c1', recipient: `reader${i}@receiver.test`, domain: 'receiver.test', ip: '127.0.0.2', sentAt: Date.now() })),
     );
     await prov.close();
     const avg = messages.reduce((n, m) => n + m.raw.length, 0) / messages.length;

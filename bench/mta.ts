@@ -230,6 +230,7 @@ async function runEngine(opts: {
   const texts = bodies.map((b) => b.replace(/<[^>]+>/g, '').slice(0, 2000));
   const message = (i: number): OutboundMessage => ({
     messageId: `bench-${opts.bytes}-${i}-${Date.now()}`,
+    sendId: `bench-${opts.bytes}-${i}-${Date.now()}`,
     organizationId: 'org-bench',
     from: 'Bench News <news@sender.bench.test>',
     to: `user${i}@d${i % DOMAINS}.bench.test`,

@@ -67,6 +67,7 @@ async function main(): Promise<void> {
       });
       const msg = (i: number): OutboundMessage => ({
         messageId: `b-${label}-${i}`,
+        sendId: `b-${label}-${i}`,
         organizationId: 'o',
         from: 'News <news@sender.bench.test>',
         to: `u${i}@d${i % DOMAINS}.bench.test`,

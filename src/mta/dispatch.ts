@@ -23,12 +23,14 @@ export interface DispatchDeps {
   backoffMs?: number[];
 }
 
-export function toOutbound(job: MtaJobPayload): OutboundMessage {
+/** The message the engine sends; `sendId` is the queue job's id (tokens and provenance are keyed by it). */
+export function toOutbound(job: MtaJobPayload, sendId: string): OutboundMessage {
   if (isRawJob(job)) {
-    return { messageId: job.messageId, organizationId: job.organizationId, from: job.from, to: job.to, raw: job.raw, dkimDomain: job.dkimDomain, campaignId: job.campaignId ?? null };
+    return { messageId: job.messageId, sendId, organizationId: job.organizationId, from: job.from, to: job.to, raw: job.raw, dkimDomain: job.dkimDomain, campaignId: job.campaignId ?? null };
   }
   return {
     messageId: job.messageId,
+    sendId,
     organizationId: job.organizationId,
     from: job.from,
     to: job.to,
@@ -112,7 +114,7 @@ export function createDispatcher(d: DispatchDeps): JobHandler<MtaQueuedPayload> 
     try {
       const via = ctx.viaRelay && d.failover ? d.failover : d.deliverer;
       if (ctx.viaRelay) metrics?.failoverSends.inc({ pool: ctx.pool! });
-      result = await via.deliver(toOutbound(payload), { pool: ctx.pool!, bindIp: ctx.ip!.address, ehloName: ctx.ip!.ehloName });
+      result = await via.deliver(toOutbound(payload, job.id), { pool: ctx.pool!, bindIp: ctx.ip!.address, ehloName: ctx.ip!.ehloName });
     } catch (err) {
       // The engine failed, not the recipient: treat as temporary, without touching the destination's
       // state; nothing was sent, so every reservation (the warming slot too) is given back.

@@ -303,14 +303,14 @@ export const TARGETS: FuzzTarget[] = [
     property: fc.property(wellFormed(30, 1), fc.constantFrom('bounce' as const, 'cfbl' as const), fc.oneof(text(40), fc.constant('')), fc.nat(), (id, purpose, noise, at) => {
       const token = signToken(id, VERP_KEY, purpose);
       const ok = verifyToken(token, VERP_KEY, purpose);
-      if (ok?.messageId !== id || !ok.verified) return false;
+      if (ok?.id !== id || !ok.verified || ok.legacy) return false;
       if (verifyToken(token, VERP_KEY, purpose === 'bounce' ? 'cfbl' : 'bounce') !== null) return false;
       if (verifyToken(token, 'another-key-0123456789', purpose) !== null) return false;
-      if (purpose === 'bounce' && parseVerpAddress(verpAddress(id, VERP_KEY, 'Bounce.Example'), { key: VERP_KEY, bounceHost: 'bounce.example' })?.messageId !== id) return false;
+      if (purpose === 'bounce' && parseVerpAddress(verpAddress(id, VERP_KEY, 'Bounce.Example'), { key: VERP_KEY, bounceHost: 'bounce.example' })?.id !== id) return false;
       // Anything else verifies only if it is the token itself.
       const mutated = token.slice(0, at % (token.length + 1)) + noise + token.slice(at % (token.length + 1));
       const r = verifyToken(mutated, VERP_KEY, purpose);
-      return r === null || mutated === token || (r.verified && signToken(r.messageId, VERP_KEY, purpose) === mutated);
+      return r === null || mutated === token || (r.verified && signToken(r.id, VERP_KEY, purpose) === mutated);
     }),
   },
   {

@@ -3,6 +3,8 @@ import { sha256Hex } from '../../src/shared/crypto.js';
 import { loadFunctionFiles, migrate, type FunctionFile } from '../../src/shared/db/migrate.js';
 import { MIGRATIONS } from '../../src/shared/db/migrations/index.js';
 import type { Db, DbClient } from '../../src/shared/db/pool.js';
+import { ProvenanceStore } from '../../src/mta/delivery/provenance.js';
+import { ManualClock } from '../../src/shared/clock.js';
 import { createEmptyDatabase, createTestDatabase, type TestDatabase } from '../harness/db.js';
 
 const FILES = loadFunctionFiles();
@@ -165,5 +167,30 @@ describe('function files', () => {
     const bad = [...MIGRATIONS, { id: '999_x', sql: 'CREATE TABLE lm_test_x ()', functions: ['no_such_file'] }];
     await expect(migrate(pool, undefined, bad)).rejects.toThrow(/999_x.*no_such_file/);
     expect(await value(pool, `to_regclass('lm_test_x')`)).toBeNull();
+  });
+});
+
+describe('migration 076 (send provenance keyed by send id)', () => {
+  let db: TestDatabase;
+  afterAll(async () => db?.drop());
+
+  it('keeps the rows written before as the legacy table, read by message id for old tokens; new rows are keyed by send id', async () => {
+    db = await createEmptyDatabase();
+    await migrate(db.pool, undefined, MIGRATIONS.filter((m) => m.id < '076'));
+    const at = new Date(Date.UTC(2026, 0, 5));
+    await db.pool.query(
+      `INSERT INTO mta_send_provenance (message_id, organization_id, campaign_id, recipient, domain, sent_at, ip) VALUES ('m-1', 'org-old', NULL, 'old@dest.test', 'dest.test', $1, '127.0.0.2')`,
+      [at],
+    );
+    await migrate(db.pool);
+    const clock = new ManualClock(at.getTime() + 60_000);
+    const store = new ProvenanceStore(db.pool, clock);
+    await store.record({ sendId: '7', messageId: 'm-1', organizationId: 'org-new', campaignId: null, recipient: 'new@dest.test', domain: 'dest.test', ip: null, sentAt: clock.now() });
+    expect(await store.lookup({ id: 'm-1', legacy: true })).toMatchObject({ sendId: null, organizationId: 'org-old', recipient: 'old@dest.test', ip: '127.0.0.2' });
+    expect(await store.lookup({ id: '7', legacy: false })).toMatchObject({ sendId: '7', messageId: 'm-1', organizationId: 'org-new', recipient: 'new@dest.test' });
+    // Both tables age out alike.
+    clock.advance(17 * 86_400_000);
+    expect(await store.prune()).toBe(2);
+    expect(await store.lookup({ id: 'm-1', legacy: true })).toBeNull();
   });
 });

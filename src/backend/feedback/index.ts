@@ -23,6 +23,6 @@ export function registerFeedback(
   opts: WebhookOptions = {},
 ): void {
   const log = s.log.child({ area: 'feedback' });
-  feedbackWebhookRoutes(app, { db: s.db, clock: s.clock, log, config: s.config, events }, opts);
+  feedbackWebhookRoutes(app, { db: s.db, clock: s.clock, log, config: s.config, events, organizationId: s.config.ORGANIZATION_ID }, opts);
   feedbackAdminRoutes(app, { config: s.config, db: s.db, clock: s.clock, log });
 }

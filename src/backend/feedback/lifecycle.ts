@@ -57,6 +57,12 @@ export interface LifecycleEvent {
   providerMessageId: string | null;
   /** Our send id when the provider echoes it back (metadata, tags, headers). */
   sendId: string | null;
+  /**
+   * The organization the message was sent for, when the source says (the bundled MTA, which
+   * serves several): message ids are unique only within one, so an event naming another
+   * organization than this backend's is about none of its sends.
+   */
+  organizationId?: string | null;
   /** When the provider says it happened (ms). */
   occurredAt: number;
   bounce?: BounceInfo;

@@ -30,6 +30,8 @@ export interface PipelineDeps {
   clock: Clock;
   log: Logger;
   events: EventEmitter;
+  /** ORGANIZATION_ID: an event naming another organization matches none of this backend's sends (findSends). */
+  organizationId?: string;
 }
 
 export interface ApplyResult {
@@ -90,7 +92,7 @@ async function applyAll(c: DbClient, deps: PipelineDeps, events: FeedbackEvent[]
   const lifecycle = events.filter((e): e is LifecycleEvent => e.kind === 'lifecycle');
   // Sends first, locked in id order: a concurrent batch about the same sends waits here.
   const sendOf = new Map<LifecycleEvent, SendRef | null>();
-  (await findSends(c, lifecycle)).forEach((s, i) => sendOf.set(lifecycle[i]!, s));
+  (await findSends(c, lifecycle, deps.organizationId)).forEach((s, i) => sendOf.set(lifecycle[i]!, s));
 
   const ids = await recordEvents(c, events, sendOf, now);
   const applied = ids.map((id) => id !== null);

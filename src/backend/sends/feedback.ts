@@ -29,14 +29,18 @@ const SEND_COLUMNS = `${EMAIL_REF_COLUMNS}, provider_message_id, status`;
  * provider echoed it, otherwise by the provider's message id (and the recipient, when one
  * provider message went to several; the lowest id wins), otherwise by our id equal to the
  * provider message id (a caller may hand the MTA its send id as the job's messageId).
+ * An event naming an organization other than `organizationId` (this backend's) concerns none:
+ * another organization sending through the same MTA may use the same message id.
  * Candidates are read and locked in one statement, in id order, so two batches touching the
  * same sends cannot deadlock. Events naming the same send share one SendRef, so the batch
  * moves its status in event order.
  */
-export async function findSends(c: DbClient, events: LifecycleEvent[]): Promise<(SendRef | null)[]> {
+export async function findSends(c: DbClient, events: LifecycleEvent[], organizationId?: string): Promise<(SendRef | null)[]> {
   const ids = new Set<string>();
   const providerIds = new Set<string>();
+  const foreign = (ev: LifecycleEvent) => organizationId !== undefined && ev.organizationId != null && ev.organizationId !== organizationId;
   for (const ev of events) {
+    if (foreign(ev)) continue;
     if (ev.sendId) ids.add(ev.sendId);
     if (ev.providerMessageId) {
       ids.add(ev.providerMessageId);
@@ -65,6 +69,7 @@ export async function findSends(c: DbClient, events: LifecycleEvent[]): Promise<
   }
   const forRecipient = (s: SendRef | undefined, recipient: string | null) => (s && (recipient === null || s.to.toLowerCase() === recipient) ? s : null);
   return events.map((ev) => {
+    if (foreign(ev)) return null;
     if (ev.sendId && byId.has(ev.sendId)) return byId.get(ev.sendId)!;
     if (!ev.providerMessageId) return null;
     const viaProvider = byProvider.get(ev.providerMessageId)?.find((s) => forRecipient(s, ev.recipient));

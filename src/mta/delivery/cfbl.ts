@@ -2,7 +2,7 @@
  * Complaint Feedback Loop headers (RFC 9477; mta.md → Return-path and complaint-feedback
  * addressing). A mailbox provider that supports CFBL sends its ARF report to the address in
  * `CFBL-Address` and echoes `CFBL-Feedback-ID`; both carry a `cfbl:`-separated HMAC token of
- * the message id, so neither can be forged nor replayed as a bounce token.
+ * the send id (./verp.ts), so neither can be forged nor replayed as a bounce token.
  */
 import { signToken } from './verp.js';
 
@@ -36,8 +36,8 @@ export function cfblOutcome(i: CfblInput): CfblOutcome {
 }
 
 /** The two header fields, in the order they are written. */
-export function cfblHeaders(messageId: string, key: string, host: string): [string, string][] {
-  const token = signToken(messageId, key, 'cfbl');
+export function cfblHeaders(sendId: string, key: string, host: string): [string, string][] {
+  const token = signToken(sendId, key, 'cfbl');
   return [
     ['CFBL-Address', `fbl+${token}@${host.toLowerCase()}; report=arf`],
     ['CFBL-Feedback-ID', token],

@@ -203,16 +203,16 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
     // write and the DKIM signature run while a connection is being found; the provenance row
     // is still durable before the message leaves (awaited right before sending).
     const recorded = provenance
-      .record({ messageId: msg.messageId, organizationId: msg.organizationId, campaignId: msg.campaignId ?? null, recipient: to.address.toLowerCase(), domain, ip: route.bindIp || null, sentAt: now })
+      .record({ sendId: msg.sendId, messageId: msg.messageId, organizationId: msg.organizationId, campaignId: msg.campaignId ?? null, recipient: to.address.toLowerCase(), domain, ip: route.bindIp || null, sentAt: now })
       .then(
         () => null,
         (err: Error) => err,
       );
 
     const returnHost = o.returnPathHost?.(dkimDomain) ?? o.bounceHost;
-    const envelopeFrom = verpAddress(msg.messageId, o.verpKey, returnHost);
+    const envelopeFrom = verpAddress(msg.sendId, o.verpKey, returnHost);
     const cfbl = cfblOutcome({ fromDomain, host: returnHost, key: o.verpKey, signed: keys.length > 0, sealedRaw: msg.raw !== undefined && isSealedRaw(msg.raw) });
-    const ownHeaders = cfbl === 'emitted' ? cfblHeaders(msg.messageId, o.verpKey, returnHost) : undefined;
+    const ownHeaders = cfbl === 'emitted' ? cfblHeaders(msg.sendId, o.verpKey, returnHost) : undefined;
     let cfblCounted = false;
     const messageIdHeader = stableMessageId(msg.organizationId, msg.messageId, dkimDomain);
     const wildcard = route.bindIp === '0.0.0.0' || route.bindIp === '::' || route.bindIp === '';

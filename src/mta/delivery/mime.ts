@@ -15,6 +15,9 @@ import { headerFieldRanges, isCfblHeader, isHeaderName, isReservedHeader, withou
 import { encodeQuotedPrintable, qpEscapes } from './qp.js';
 import type { OutboundMessage } from './types.js';
 
+/** What a message is built from (the send's id is not part of its bytes: the tokens come in ownHeaders). */
+type MessageContent = Omit<OutboundMessage, 'sendId'>;
+
 /** A job that cannot become a valid message (a bad address): permanent, not the remote's fault. */
 export class MessageBuildError extends Error {
   constructor(message: string) {
@@ -159,7 +162,7 @@ export function rfc5322Date(ms: number): string {
 /** The Message-ID of a job, shared with the backend (it records it for reply linking). */
 export { stableMessageId } from '../../shared/mail/message-id.js';
 
-export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMessage {
+export function buildMessage(msg: MessageContent, opts: BuildOptions): BuiltMessage {
   const from = requireMailbox(msg.from, 'from');
   const to = requireMailbox(msg.to, 'to');
   const replyTo = msg.replyTo ? requireMailbox(msg.replyTo, 'replyTo') : undefined;
@@ -239,7 +242,7 @@ export function buildMessage(msg: OutboundMessage, opts: BuildOptions): BuiltMes
  * given. Nothing else is touched, so the author's structure survives; the DKIM-Signature goes
  * in front of it all.
  */
-export function buildRawMessage(msg: OutboundMessage, opts: Pick<BuildOptions, 'messageIdHeader' | 'date' | 'ownHeaders'>): BuiltMessage {
+export function buildRawMessage(msg: MessageContent, opts: Pick<BuildOptions, 'messageIdHeader' | 'date' | 'ownHeaders'>): BuiltMessage {
   const from = requireMailbox(msg.from, 'from');
   const to = requireMailbox(msg.to, 'to');
   const bytes = Buffer.from(msg.raw ?? '', 'base64');

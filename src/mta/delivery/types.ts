@@ -5,8 +5,14 @@
  * result's effects.
  */
 export interface OutboundMessage {
-  /** Caller's correlation id (the job's messageId). */
+  /** Caller's correlation id (the job's messageId): unique within its organization only. */
   messageId: string;
+  /**
+   * This send's id, unique across the fleet (the queue job's id): the VERP and CFBL tokens
+   * carry it and the provenance is keyed by it, so a report never lands on another
+   * organization's message of the same messageId.
+   */
+  sendId: string;
   organizationId: string;
   from: string;
   to: string;

@@ -4,7 +4,8 @@
  *
  * Attribution trusts only our own HMAC tokens, in the spec's order: the envelope recipient
  * (`bounce+`/`fbl+`), then a `CFBL-Feedback-ID` echoed in the returned headers, then the VERP
- * return path scraped from the original's envelope sender. What the report says about the
+ * return path scraped from the original's envelope sender. A token names the send (its send
+ * id, unique across organizations; a legacy token the message id). What the report says about the
  * organization, campaign or recipient is never used: those come from the provenance written
  * at send time, so a DSN about a forwarded copy suppresses the address we actually sent to.
  */
@@ -13,7 +14,7 @@ import { MTA_EVENT, type MtaEventName } from '../../shared/contracts/mta.js';
 import type { Logger } from '../../shared/log.js';
 import { parseReport } from '../../shared/mail/bounce/parse.js';
 import type { ParsedReport, ReportRecipient } from '../../shared/mail/bounce/types.js';
-import type { Provenance } from '../delivery/provenance.js';
+import type { Provenance, ProvenanceRef } from '../delivery/provenance.js';
 import { verifyToken, type TokenPurpose } from '../delivery/verp.js';
 import type { MtaMetrics } from '../metrics.js';
 import type { OutboxRelay } from '../outbox/relay.js';
@@ -39,7 +40,7 @@ export interface FeedbackDeps {
   /** Every host our VERP and CFBL addresses use. */
   hosts: () => ReadonlySet<string>;
   /** Only for a bounce failing several addresses (which entry is ours); otherwise the write reads the provenance. */
-  provenance: { lookup(messageId: string): Promise<Provenance | null> };
+  provenance: { lookup(ref: ProvenanceRef): Promise<Provenance | null> };
   /** Records reports; their provenance is read, their suppression and event written, in the same statement. */
   reports: Pick<FeedbackReportStore, 'record'>;
   events: Pick<OutboxRelay, 'enabled' | 'written'>;
@@ -60,18 +61,21 @@ export interface ReportOutcome {
   outcome: 'applied' | 'duplicate' | 'rejected' | 'ignored';
   source?: AttributionSource;
   rejection?: RejectionReason;
+  /** The send's (from its provenance; a legacy token's own when there is none). */
   messageId?: string;
+  /** The send id the token named (none for a legacy token). */
+  sendId?: string;
 }
 
-type Attribution = { messageId: string; source: AttributionSource } | { rejection: RejectionReason };
+type Attribution = { ref: ProvenanceRef; source: AttributionSource } | { rejection: RejectionReason };
 
 const PURPOSE: Record<string, TokenPurpose> = { bounce: 'bounce', fbl: 'cfbl' };
 const OTHER: Record<TokenPurpose, TokenPurpose> = { bounce: 'cfbl', cfbl: 'bounce' };
 
-/** A token checked for a purpose: its message id, or why not (a token of the other purpose is told apart). */
-function check(token: string, key: string | undefined, purpose: TokenPurpose): { messageId: string } | { rejection: RejectionReason } {
+/** A token checked for a purpose: what it names, or why not (a token of the other purpose is told apart). */
+function check(token: string, key: string | undefined, purpose: TokenPurpose): { ref: ProvenanceRef } | { rejection: RejectionReason } {
   const ok = verifyToken(token, key, purpose);
-  if (ok?.verified) return { messageId: ok.messageId };
+  if (ok?.verified) return { ref: { id: ok.id, legacy: ok.legacy } };
   return { rejection: verifyToken(token, key, OTHER[purpose])?.verified ? 'wrong_purpose' : 'invalid_token' };
 }
 
@@ -94,21 +98,27 @@ export function attribute(d: Pick<FeedbackDeps, 'key' | 'hosts'>, msg: Pick<Rece
     const purpose = PURPOSE[t.kind];
     if (!purpose || !t.token) continue;
     const r = check(t.token, d.key, purpose);
-    if ('messageId' in r) return { messageId: r.messageId, source: 'envelope' };
+    if ('ref' in r) return { ref: r.ref, source: 'envelope' };
     fail(r.rejection);
   }
   if (report.cfblFeedbackId) {
     const r = check(report.cfblFeedbackId.trim(), d.key, 'cfbl');
-    if ('messageId' in r) return { messageId: r.messageId, source: 'cfbl_feedback_id' };
+    if ('ref' in r) return { ref: r.ref, source: 'cfbl_feedback_id' };
     fail(r.rejection);
   }
   const scraped = verpToken(report.originalMailFrom, d.hosts());
   if (scraped) {
     const r = check(scraped, d.key, 'bounce');
-    if ('messageId' in r) return { messageId: r.messageId, source: 'verp_scrape' };
+    if ('ref' in r) return { ref: r.ref, source: 'verp_scrape' };
     fail(r.rejection);
   }
   return { rejection: first ?? 'no_token' };
+}
+
+/** The send a report's outcome names: its send id and message id, as far as they are known. */
+function named(row: FeedbackReportRow, prov?: Provenance | null): Pick<ReportOutcome, 'messageId' | 'sendId'> {
+  const messageId = prov?.messageId ?? row.messageId;
+  return { ...(messageId !== null ? { messageId } : {}), ...(row.sendId !== null ? { sendId: row.sendId } : {}) };
 }
 
 /** The failure entries of a bounce (delivered, relayed, expanded and vacation notices are not). */
@@ -117,7 +127,7 @@ function failures(report: ParsedReport): ReportRecipient[] {
 }
 
 /** The provenance fields each event takes from the send. */
-const COMPLAINT_FILL: readonly ProvenanceField[] = ['organizationId', 'campaignId', 'recipient'];
+const COMPLAINT_FILL: readonly ProvenanceField[] = ['messageId', 'organizationId', 'campaignId', 'recipient'];
 const BOUNCE_FILL: readonly ProvenanceField[] = [...COMPLAINT_FILL, 'domain', 'ip'];
 const EVENT = { bounce: MTA_EVENT.bounced, complaint: MTA_EVENT.complained } as const;
 
@@ -144,6 +154,7 @@ export class FeedbackProcessor {
       kind: complaint ? 'complaint' : report.kind,
       outcome: 'ignored',
       source: null,
+      sendId: null,
       messageId: null,
       organizationId: null,
       recipient: null,
@@ -167,8 +178,8 @@ export class FeedbackProcessor {
     }
     const a = attribute(d, msg, report);
     if ('rejection' in a) return done({ ...base, outcome: `rejected:${a.rejection}` }, { kind: complaint ? 'complaint' : 'bounce', outcome: 'rejected', rejection: a.rejection });
-    const row = { ...base, source: a.source, messageId: a.messageId };
-    return complaint ? this.complaint(row, report, a.source) : this.bounce(row, report, a.source);
+    const row = { ...base, source: a.source, sendId: a.ref.legacy ? null : a.ref.id, messageId: a.ref.legacy ? a.ref.id : null };
+    return complaint ? this.complaint(row, report, a.source) : this.bounce(row, a.ref, report, a.source);
   }
 
   /** An event for the report's write, or null when there is nowhere to post (then none is written, as for every event). */
@@ -181,11 +192,11 @@ export class FeedbackProcessor {
     const kind = row.kind === 'complaint' ? 'complaint' : 'bounce';
     this.d.metrics?.inboundReports.inc({ kind: row.kind, outcome: 'rejected' });
     this.d.metrics?.feedbackRejections.inc({ reason: 'expired' });
-    return { kind, outcome: 'rejected', rejection: 'expired', source, messageId: row.messageId! };
+    return { kind, outcome: 'rejected', rejection: 'expired', source, ...named(row) };
   }
 
   private async complaint(row: FeedbackReportRow, report: ParsedReport, source: AttributionSource): Promise<ReportOutcome> {
-    const data = { messageId: row.messageId!, feedbackType: report.feedbackType?.slice(0, 50) ?? null, userAgent: report.feedback.userAgent?.slice(0, 200) ?? null, source };
+    const data = { feedbackType: report.feedbackType?.slice(0, 50) ?? null, userAgent: report.feedback.userAgent?.slice(0, 200) ?? null, source };
     return this.apply(
       { ...row, outcome: 'applied', reason: 'feedback', hard: null },
       { kind: 'complaint', keySuffix: '', event: this.event(MTA_EVENT.complained, data, COMPLAINT_FILL), suppress: 'complaint' },
@@ -194,25 +205,28 @@ export class FeedbackProcessor {
     );
   }
 
-  private async bounce(row: FeedbackReportRow, report: ParsedReport, source: AttributionSource): Promise<ReportOutcome> {
+  private async bounce(row: FeedbackReportRow, ref: ProvenanceRef, report: ParsedReport, source: AttributionSource): Promise<ReportOutcome> {
     const d = this.d;
     const failing = failures(report);
     // The entry is the one we sent to, else the first failure: only a report failing several
     // addresses needs the provenance's recipient before its write (then looked up first).
-    const sentTo = new Set(failing.map((r) => r.recipient)).size > 1 ? (await d.provenance.lookup(row.messageId!))?.recipient : undefined;
+    const sentTo = new Set(failing.map((r) => r.recipient)).size > 1 ? (await d.provenance.lookup(ref))?.recipient : undefined;
     const entry = failing.find((r) => r.recipient === sentTo) ?? failing[0];
     if (!entry) {
       const r = report.recipients[0];
       const { provenance } = await d.reports.record({ row: { ...row, outcome: 'ignored', reason: r?.reason ?? null }, effect: { kind: 'bounce', keySuffix: null, event: null, suppress: null } });
       if (!provenance) return this.expired(row, source);
       d.metrics?.inboundReports.inc({ kind: 'dsn', outcome: 'ignored' });
-      return { kind: 'ignored', outcome: 'ignored', source, messageId: row.messageId! };
+      return { kind: 'ignored', outcome: 'ignored', source, ...named(row, provenance) };
     }
-    // A delay notice is a soft bounce whatever its reason: the remote is still trying.
-    const hard = entry.hardBounce && entry.action !== 'delayed';
+    // A delay notice is soft whatever its reason, and not the end of the send: the remote is
+    // still trying, so it takes a deferral's effects but posts no `bounced` (which the backend
+    // would take as the send's end). Its key is its own: the final failure that may follow,
+    // with the same status, is not its replay.
+    const delayed = entry.action === 'delayed';
+    const hard = entry.hardBounce && !delayed;
     const type = hard ? 'hard' : 'soft';
     const data = {
-      messageId: row.messageId!,
       jobId: null,
       type,
       reason: entry.reason,
@@ -226,7 +240,12 @@ export class FeedbackProcessor {
     };
     return this.apply(
       { ...row, outcome: 'applied', reason: entry.reason, hard },
-      { kind: 'bounce', keySuffix: `:${type}:${entry.status ?? entry.reason}`, event: this.event(MTA_EVENT.bounced, data, BOUNCE_FILL), suppress: hard ? 'hard_bounce' : null },
+      {
+        kind: 'bounce',
+        keySuffix: `:${delayed ? 'delayed' : type}:${entry.status ?? entry.reason}`,
+        event: delayed ? null : this.event(MTA_EVENT.bounced, data, BOUNCE_FILL),
+        suppress: hard ? 'hard_bounce' : null,
+      },
       source,
       async (prov) => {
         if (hard) return d.breaker.record(prov.organizationId, 'b');
@@ -253,13 +272,13 @@ export class FeedbackProcessor {
     if (!fresh) {
       d.metrics?.feedbackRejections.inc({ reason: 'duplicate' });
       d.metrics?.inboundReports.inc({ kind, outcome: 'duplicate' });
-      return { kind, outcome: 'duplicate', rejection: 'duplicate', source, messageId: row.messageId! };
+      return { kind, outcome: 'duplicate', rejection: 'duplicate', source, ...named(row, provenance) };
     }
     if (effect.suppress) d.metrics?.suppressionsAdded.inc({ reason: effect.suppress });
     d.events.written(written);
     d.metrics?.feedbackAttributions.inc({ source });
     d.metrics?.inboundReports.inc({ kind, outcome: 'applied' });
-    await after(provenance).catch((err: Error) => d.log.error({ err, messageId: row.messageId }, 'report effect failed'));
-    return { kind, outcome: 'applied', source, messageId: row.messageId! };
+    await after(provenance).catch((err: Error) => d.log.error({ err, messageId: provenance.messageId, sendId: row.sendId }, 'report effect failed'));
+    return { kind, outcome: 'applied', source, ...named(row, provenance) };
   }
 }

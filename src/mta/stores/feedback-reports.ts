@@ -25,6 +25,9 @@ export interface FeedbackReportRow {
   kind: string;
   outcome: string;
   source: string | null;
+  /** The send id a token named (null for a legacy token's, or none). */
+  sendId: string | null;
+  /** A legacy token's message id; otherwise filled from the provenance by the write. */
   messageId: string | null;
   organizationId: string | null;
   recipient: string | null;
@@ -38,14 +41,18 @@ export interface FeedbackReportRow {
 }
 
 /** The provenance fields an event's data takes from the send (never from the report). */
-export type ProvenanceField = 'organizationId' | 'campaignId' | 'recipient' | 'domain' | 'ip';
+export type ProvenanceField = 'messageId' | 'organizationId' | 'campaignId' | 'recipient' | 'domain' | 'ip';
 
 /**
- * What a report attributed by token to `row.messageId` does, resolved against that message's
- * provenance inside the write's own statement (one round trip, no lookup before it).
+ * What a report attributed by token to `row.sendId` (a legacy token: `row.messageId`) does,
+ * resolved against that send's provenance inside the write's own statement (one round trip,
+ * no lookup before it).
  */
 export interface ReportEffect {
-  /** `bounce` or `complaint`: the dedupe key is `<kind>:<organization>:<messageId><keySuffix>`, the suppression's source `<kind>:<messageId>`. */
+  /**
+   * `bounce` or `complaint`: the dedupe key is `<kind>/<sendId><keySuffix>` (a legacy token's:
+   * `<kind>:<organization>:<messageId><keySuffix>`, as before), the suppression's source `<kind>:<messageId>`.
+   */
   kind: 'bounce' | 'complaint';
   /** Null: nothing to guard (a bounce about nobody: recorded as ignored). */
   keySuffix: string | null;
@@ -72,12 +79,12 @@ export interface ReportWritten {
   written: OutboxEvent[];
 }
 
-const TEXT = ['kind', 'outcome', 'source', 'message_id', 'organization_id', 'recipient', 'reason', 'feedback_type', 'spf', 'dkim', 'dmarc', 'remote_ip', 'fx_kind', 'key_suffix', 'ev_name', 'ev_body', 'ev_fill', 'sup_reason'] as const;
-const COLUMNS = ['dedupe_key', 'kind', 'outcome', 'source', 'message_id', 'organization_id', 'recipient', 'reason', 'hard', 'feedback_type', 'spf', 'dkim', 'dmarc', 'remote_ip'] as const;
+const TEXT = ['kind', 'outcome', 'source', 'send_id', 'message_id', 'organization_id', 'recipient', 'reason', 'feedback_type', 'spf', 'dkim', 'dmarc', 'remote_ip', 'fx_kind', 'key_suffix', 'ev_name', 'ev_body', 'ev_fill', 'sup_reason'] as const;
+const COLUMNS = ['dedupe_key', 'kind', 'outcome', 'source', 'send_id', 'message_id', 'organization_id', 'recipient', 'reason', 'hard', 'feedback_type', 'spf', 'dkim', 'dmarc', 'remote_ip'] as const;
 
 const p = (n: number) => `$${n}`;
 /** Each provenance field an event may take, and its column in the statement. */
-const FILL: Record<ProvenanceField, string> = { organizationId: 'fx.org', campaignId: 'fx.p_campaign', recipient: 'fx.rcpt', domain: 'fx.p_domain', ip: 'fx.p_ip' };
+const FILL: Record<ProvenanceField, string> = { messageId: 'fx.msg', organizationId: 'fx.org', campaignId: 'fx.p_campaign', recipient: 'fx.rcpt', domain: 'fx.p_domain', ip: 'fx.p_ip' };
 /** The fields an event names, appended to its data as JSON (text, not jsonb: the template's bytes stay as JSON.stringify wrote them). */
 const FILL_SQL = Object.entries(FILL)
   .map(([k, col]) => `CASE WHEN '${k}' = ANY (string_to_array(fx.ev_fill, ',')) THEN ',"${k}":' || COALESCE(to_json(${col})::text, 'null') END`)
@@ -97,25 +104,32 @@ const WRITE_SQL = `WITH u AS (
      SELECT * FROM unnest(${TEXT.map((_, n) => `${p(n + 1)}::text[]`).join(', ')}, ${p(HARD)}::boolean[])
        WITH ORDINALITY AS u(${TEXT.join(', ')}, hard, n)),
    r AS (
-     SELECT u.*, pv.campaign_id AS p_campaign, pv.domain AS p_domain, pv.ip AS p_ip, pv.sent_at AS p_sent_at,
+     SELECT u.*, pv.send_id AS p_send, pv.campaign_id AS p_campaign, pv.domain AS p_domain, pv.ip AS p_ip, pv.sent_at AS p_sent_at,
             pv.message_id IS NULL AND u.fx_kind IS NOT NULL AS expired,
+            COALESCE(pv.message_id, u.message_id) AS msg,
             CASE WHEN u.fx_kind IS NULL THEN u.organization_id ELSE pv.organization_id END AS org,
             CASE WHEN u.fx_kind IS NULL THEN u.recipient ELSE pv.recipient END AS rcpt,
             CASE WHEN pv.message_id IS NOT NULL AND u.key_suffix IS NOT NULL
-                 THEN u.fx_kind || ':' || pv.organization_id || ':' || u.message_id || u.key_suffix END AS dedupe_key
-       FROM u LEFT JOIN mta_send_provenance pv
-         ON u.fx_kind IS NOT NULL AND pv.message_id = u.message_id AND pv.sent_at > ${p(HORIZON)}::timestamptz),
+                 THEN CASE WHEN pv.send_id IS NOT NULL THEN u.fx_kind || '/' || pv.send_id
+                           ELSE u.fx_kind || ':' || pv.organization_id || ':' || pv.message_id END || u.key_suffix END AS dedupe_key
+       FROM u LEFT JOIN LATERAL (
+              SELECT p.send_id, p.message_id, p.organization_id, p.campaign_id, p.recipient, p.domain, p.ip, p.sent_at
+                FROM mta_send_provenance p WHERE u.send_id IS NOT NULL AND p.send_id = u.send_id AND p.sent_at > ${p(HORIZON)}::timestamptz
+              UNION ALL
+              SELECT NULL, l.message_id, l.organization_id, l.campaign_id, l.recipient, l.domain, l.ip, l.sent_at
+                FROM mta_send_provenance_legacy l WHERE u.send_id IS NULL AND l.message_id = u.message_id AND l.sent_at > ${p(HORIZON)}::timestamptz
+            ) pv ON u.fx_kind IS NOT NULL),
    f AS (
      SELECT r.*, r.dedupe_key IS NULL OR row_number() OVER (PARTITION BY r.dedupe_key ORDER BY r.n) = 1 AS first FROM r),
    rep AS (
      INSERT INTO mta_feedback_reports (${COLUMNS.join(', ')}, received_at)
-     SELECT f.dedupe_key, f.kind, CASE WHEN f.expired THEN 'rejected:expired' ELSE f.outcome END, f.source, f.message_id, f.org, f.rcpt,
+     SELECT f.dedupe_key, f.kind, CASE WHEN f.expired THEN 'rejected:expired' ELSE f.outcome END, f.source, f.send_id, f.msg, f.org, f.rcpt,
             CASE WHEN f.expired THEN NULL ELSE f.reason END, CASE WHEN f.expired THEN NULL ELSE f.hard END,
             f.feedback_type, f.spf, f.dkim, f.dmarc, f.remote_ip, ${p(NOW)}::timestamptz
        FROM f WHERE f.first ORDER BY f.n
      ON CONFLICT (dedupe_key) DO NOTHING RETURNING dedupe_key),
    fx AS (SELECT f.* FROM f WHERE f.first AND f.dedupe_key IN (SELECT dedupe_key FROM rep)),
-   ${suppressionUpsertCtes(`SELECT fx.rcpt AS a, fx.sup_reason AS r, fx.fx_kind || ':' || fx.message_id AS s, fx.n FROM fx WHERE fx.sup_reason IS NOT NULL`, `${p(NOW)}::timestamptz`)},
+   ${suppressionUpsertCtes(`SELECT fx.rcpt AS a, fx.sup_reason AS r, fx.fx_kind || ':' || fx.msg AS s, fx.n FROM fx WHERE fx.sup_reason IS NOT NULL`, `${p(NOW)}::timestamptz`)},
    ev AS (
      INSERT INTO mta_outbox (id, event, body, next_at, created_at)
      SELECT e.id, fx.ev_name, '{"id":' || to_json(e.id)::text || ',' || substr(fx.ev_body, 2, length(fx.ev_body) - 3) || concat(${FILL_SQL}) || '}}',
@@ -124,7 +138,7 @@ const WRITE_SQL = `WITH u AS (
       WHERE fx.ev_name IS NOT NULL ORDER BY fx.n
      ON CONFLICT (id) DO NOTHING RETURNING id, event, body)
    SELECT 'prov' AS t, r.n, r.dedupe_key AS k,
-          json_build_object('organizationId', r.org, 'campaignId', r.p_campaign, 'recipient', r.rcpt, 'domain', r.p_domain, 'ip', r.p_ip,
+          json_build_object('sendId', r.p_send, 'messageId', r.msg, 'organizationId', r.org, 'campaignId', r.p_campaign, 'recipient', r.rcpt, 'domain', r.p_domain, 'ip', r.p_ip,
                             'sentAt', (extract(epoch FROM r.p_sent_at) * 1000)::float8)::text AS v
      FROM r WHERE r.fx_kind IS NOT NULL AND NOT r.expired
    UNION ALL SELECT 'rep', NULL, dedupe_key, NULL FROM rep
@@ -174,6 +188,7 @@ export class FeedbackReportStore {
         col((w) => w.row.kind),
         col((w) => w.row.outcome),
         col((w) => w.row.source),
+        col((w) => w.row.sendId),
         col((w) => w.row.messageId),
         col((w) => (fx(w) ? null : w.row.organizationId)),
         col((w) => (fx(w) ? null : w.row.recipient)),
@@ -195,7 +210,7 @@ export class FeedbackReportStore {
         new Date(now - DELIVERY.provenanceRetentionMs),
       ],
     });
-    const found = new Map<number, { key: string | null; prov: Omit<Provenance, 'messageId'> }>();
+    const found = new Map<number, { key: string | null; prov: Provenance }>();
     const inserted = new Set<string>();
     const events = new Map<string, string>();
     const suppressed: string[] = [];
@@ -210,7 +225,7 @@ export class FeedbackReportStore {
     const sighted = new Set<string>();
     return items.map((w, n) => {
       const hit = found.get(n);
-      const provenance = hit ? { messageId: w.row.messageId!, ...hit.prov } : null;
+      const provenance = hit?.prov ?? null;
       const key = hit?.key ?? null;
       if (key === null) return { provenance, fresh: true, written: [] };
       const fresh = !sighted.has(key) && inserted.has(key);
@@ -234,6 +249,7 @@ export class FeedbackReportStore {
       kind: r.kind,
       outcome: r.outcome,
       source: r.source,
+      sendId: r.send_id,
       messageId: r.message_id,
       organizationId: r.organization_id,
       recipient: r.recipient,

@@ -103,7 +103,7 @@ describe('MTA lifecycle events', () => {
     app.emitted.length = 0;
     // The shape src/mta/effects.ts posts.
     await mta('bounced', {
-      messageId: 'mta-m-hard', jobId: 'job_1', organizationId: 'org_1', campaignId: 'cmp_1', recipient: 'gone@example.test', domain: 'example.test',
+      messageId: 'mta-m-hard', jobId: 'job_1', organizationId: 'default', campaignId: 'cmp_1', recipient: 'gone@example.test', domain: 'example.test',
       type: 'hard', reason: 'userunknown', smtpCode: 550, enhancedCode: '5.1.1', smtpResponse: '550 5.1.1 <gone@example.test>: user unknown',
       mxHost: 'mx.example.test', pool: 'campaign', ip: '127.0.0.3', attempt: 1,
     });
@@ -128,6 +128,23 @@ describe('MTA lifecycle events', () => {
     expect(await sendStatus(db, send)).toBe('complained');
     expect((await db.pool.query(`SELECT reason FROM suppressions WHERE email = 'angry@example.test'`)).rows).toEqual([{ reason: 'complaint' }]);
     expect(app.emitted.map((e) => [e.name, (e.data as any).feedbackType])).toEqual([['email.complained', 'abuse']]);
+  });
+
+  it('an event of another organization (the MTA serves several; message ids are theirs) moves none of this backend\'s sends', async () => {
+    const send = await createSend(db, { to: 'shared@example.test', providerMessageId: 'mta-m-shared', status: 'delivered' });
+    app.emitted.length = 0;
+    await mta('complained', { messageId: 'mta-m-shared', organizationId: 'org_other', recipient: 'shared@example.test', feedbackType: 'abuse' });
+    await mta('bounced', { messageId: 'mta-m-shared', organizationId: 'org_other', recipient: 'shared@example.test', type: 'hard', reason: 'userunknown', smtpCode: 550, enhancedCode: '5.1.1', smtpResponse: '550 5.1.1 user unknown' });
+    expect(await sendStatus(db, send)).toBe('delivered');
+    expect(app.emitted).toEqual([]);
+    // Recorded, about no send; the address facts still blocklist, as for any send this backend does not know.
+    expect((await db.pool.query(`SELECT type, send_id FROM feedback_events WHERE provider_message_id = 'mta-m-shared' ORDER BY type`)).rows).toEqual([
+      { type: 'bounced', send_id: null },
+      { type: 'complained', send_id: null },
+    ]);
+    // This backend's own organization (ORGANIZATION_ID) matches as before.
+    await mta('complained', { messageId: 'mta-m-shared', organizationId: 'default', recipient: 'shared@example.test', feedbackType: 'abuse' });
+    expect(await sendStatus(db, send)).toBe('complained');
   });
 
   it('the MTA\'s retry of an event (re-signed later, or re-serialized with its keys in another order) applies once, by its id', async () => {

@@ -24,12 +24,12 @@ describe('cfblOutcome', () => {
 });
 
 describe('cfblHeaders', () => {
-  it('carries a complaint token of the message id that does not pass as a bounce token', () => {
+  it('carries a complaint token of the send id that does not pass as a bounce token', () => {
     const [[an, av], [fn, fv]] = cfblHeaders('msg-42', KEY, 'Bounces.Example.com');
     expect(an).toBe('CFBL-Address');
     expect(fn).toBe('CFBL-Feedback-ID');
     expect(av).toBe(`fbl+${fv}@bounces.example.com; report=arf`);
-    expect(verifyToken(fv, KEY, 'cfbl')).toEqual({ messageId: 'msg-42', verified: true });
+    expect(verifyToken(fv, KEY, 'cfbl')).toEqual({ id: 'msg-42', legacy: false, verified: true });
     expect(verifyToken(fv, KEY, 'bounce')).toBeNull();
   });
 

@@ -82,13 +82,13 @@ async function startMta(): Promise<{ proc: ChildProcess; url: string }> {
   return { proc, url: msg.mtaUrl };
 }
 
-/** Distinct message ids that reached the sink, read from the signed VERP return path (incrementally: checked on every sink event). */
+/** Distinct sends (queue jobs, one per message) that reached the sink, read from the signed VERP return path (incrementally: checked on every sink event). */
 const seen = new Set<string>();
 let scanned = 0;
 function delivered(): Set<string> {
   for (; scanned < sink.messages.length; scanned++) {
     const t = parseVerpAddress(sink.messages[scanned].mailFrom, { key: VERP_KEY, bounceHost: 'bounces.sender.test' });
-    if (t) seen.add(t.messageId);
+    if (t) seen.add(t.id);
   }
   return seen;
 }
@@ -151,7 +151,10 @@ it(
     child = mta.proc;
     // Jobs that were in flight come back when their 2-minute lease passes (mta.md → Queue).
     await sink.waitUntil(() => delivered().size >= TOTAL, 420_000, 'every message delivered after the restart');
-    const ids = delivered();
+    // The token names the send; its provenance (written before the message left) names the message.
+    const sent = await db.pool.query<{ send_id: string; message_id: string }>('SELECT send_id, message_id FROM mta_send_provenance');
+    const messageOf = new Map(sent.rows.map((r) => [r.send_id, r.message_id]));
+    const ids = new Set([...delivered()].map((id) => messageOf.get(id)));
     for (let i = 0; i < TOTAL; i++) expect(ids.has(`crash-${i}`)).toBe(true);
     expect(sink.messages.length).toBeGreaterThanOrEqual(TOTAL); // duplicates allowed, losses not
     // Bodies came back whole from the compressed rows (the filler is plain ASCII: no transfer encoding).

@@ -45,6 +45,7 @@ const clock = new ManualClock(Date.UTC(2026, 0, 5, 10, 0, 0));
 function msg(n: number | string, over: Partial<OutboundMessage> = {}): OutboundMessage {
   return {
     messageId: `msg-${n}`,
+    sendId: `send-${n}`,
     organizationId: 'org-1',
     from: 'News <news@sender.test>',
     to: `user${n}@dest.test`,
@@ -195,12 +196,12 @@ describe('delivery to real SMTP peers', () => {
     expect(m.clientHostname).toBe('mta1.sender.test');
     expect(m.secure).toBe(true);
     expect(m.rcptTo).toEqual(['user1@dest.test']);
-    expect(parseVerpAddress(m.mailFrom, { key: VERP_KEY, bounceHost: BOUNCE_HOST })).toEqual({ messageId: 'msg-1', verified: true });
+    expect(parseVerpAddress(m.mailFrom, { key: VERP_KEY, bounceHost: BOUNCE_HOST })).toEqual({ id: 'send-1', legacy: false, verified: true });
     expect(await dkimpyVerify(m.data, dns)).toEqual(['pass']);
     const tampered = Buffer.from(m.data.toString('latin1').replace('Hello 1</p>', 'Hello 2</p>'), 'latin1');
     expect(await dkimpyVerify(tampered, dns)).toEqual(['fail']);
     await e.provenance.close();
-    expect(await e.provenance.lookup('msg-1')).toMatchObject({ organizationId: 'org-1', campaignId: 'camp-1', recipient: 'user1@dest.test', domain: 'dest.test', sentAt: clock.now() });
+    expect(await e.provenance.lookup({ id: 'send-1', legacy: false })).toMatchObject({ sendId: 'send-1', messageId: 'msg-1', organizationId: 'org-1', campaignId: 'camp-1', recipient: 'user1@dest.test', domain: 'dest.test', sentAt: clock.now() });
 
     // Another sending IP of another pool is seen as such.
     expect(await e.deliver(msg(2), ROUTE_B)).toMatchObject({ status: 'sent' });
@@ -209,16 +210,20 @@ describe('delivery to real SMTP peers', () => {
     expect(m2.clientHostname).toBe('mta2.sender.test');
   });
 
-  it('provenance: records made together share one write; a message id recorded twice keeps its last row', async () => {
+  it('provenance: records made together share one write; a send recorded twice keeps its last row; one message id of two organizations keeps both', async () => {
     const e = engine();
-    const row = (recipient: string, id = 'prov-dup') => ({ messageId: id, organizationId: 'org-p', campaignId: null, recipient, domain: 'dest.test', ip: null, sentAt: clock.now() });
+    const row = (recipient: string, sendId = 'prov-dup', org = 'org-p') => ({ sendId, messageId: 'same-id', organizationId: org, campaignId: null, recipient, domain: 'dest.test', ip: null, sentAt: clock.now() });
+    const at = (id: string) => e.provenance.lookup({ id, legacy: false });
     // Same turn: one INSERT, which may not touch a row twice.
-    await Promise.all([e.provenance.record(row('first@dest.test')), e.provenance.record(row('other@dest.test', 'prov-other')), e.provenance.record(row('second@dest.test'))]);
-    expect(await e.provenance.lookup('prov-dup')).toMatchObject({ recipient: 'second@dest.test' });
-    expect(await e.provenance.lookup('prov-other')).toMatchObject({ recipient: 'other@dest.test' });
-    // A later record (a later attempt) replaces the row.
+    await Promise.all([e.provenance.record(row('first@dest.test')), e.provenance.record(row('other@dest.test', 'prov-other', 'org-q')), e.provenance.record(row('second@dest.test'))]);
+    expect(await at('prov-dup')).toMatchObject({ recipient: 'second@dest.test', organizationId: 'org-p' });
+    expect(await at('prov-other')).toMatchObject({ recipient: 'other@dest.test', organizationId: 'org-q', messageId: 'same-id' });
+    // A later record of the send (a later attempt) replaces its row, and only its row.
     await e.provenance.record(row('third@dest.test'));
-    expect(await e.provenance.lookup('prov-dup')).toMatchObject({ recipient: 'third@dest.test' });
+    expect(await at('prov-dup')).toMatchObject({ recipient: 'third@dest.test' });
+    expect(await at('prov-other')).toMatchObject({ recipient: 'other@dest.test' });
+    // A send id is never read as a legacy token's message id, nor the reverse.
+    expect(await e.provenance.lookup({ id: 'same-id', legacy: true })).toBeNull();
   });
 
   it('signs with Ed25519 for a domain whose key is Ed25519 (dkimpy verifies)', async () => {

@@ -2,6 +2,7 @@ import { simpleParser } from 'mailparser';
 import { describe, expect, it } from 'vitest';
 import { buildMessage, MessageBuildError, stableMessageId } from '../../../src/mta/delivery/mime.js';
 import { parseVerpAddress, signToken, verifyToken, verpAddress } from '../../../src/mta/delivery/verp.js';
+import { hmacSha256 } from '../../../src/shared/crypto.js';
 
 const base = { messageId: 'm-1', organizationId: 'org', from: 'News <news@sender.test>', to: 'rcpt@dest.test', subject: 'Hello', dkimDomain: 'sender.test' };
 const opts = { messageIdHeader: '<id1@sender.test>', date: Date.UTC(2026, 2, 3, 4, 5, 6), eightBit: false };
@@ -114,11 +115,24 @@ describe('message building', () => {
 
 describe('VERP', () => {
   const key = 'k'.repeat(32);
-  it('round-trips a message id through a signed return path', () => {
+  it('round-trips a send id through a signed return path', () => {
     const addr = verpAddress('msg/ü+1', key, 'Bounce.Example.test');
     expect(addr).toMatch(/^bounce\+[A-Za-z0-9_-]+\+[A-Za-z0-9_-]{16}@bounce\.example\.test$/);
-    expect(parseVerpAddress(addr, { key, bounceHost: 'bounce.example.test' })).toEqual({ messageId: 'msg/ü+1', verified: true });
-    expect(parseVerpAddress(`<${addr.replace('bounce+', 'BOUNCE+')}>`, { key, bounceHost: 'bounce.example.test' })?.messageId).toBe('msg/ü+1');
+    expect(parseVerpAddress(addr, { key, bounceHost: 'bounce.example.test' })).toEqual({ id: 'msg/ü+1', legacy: false, verified: true });
+    expect(parseVerpAddress(`<${addr.replace('bounce+', 'BOUNCE+')}>`, { key, bounceHost: 'bounce.example.test' })?.id).toBe('msg/ü+1');
+  });
+  it('a queue job id makes a short local part; a token of the old form (message id) verifies as legacy, never as a send id', () => {
+    const addr = verpAddress('9007199254740993', key, 'b.example.test');
+    // RFC 5321 §4.5.3.1.1 allows 64; a 16-digit job id takes 46 (a long caller message id could pass 64).
+    expect(addr.split('@')[0]!.length).toBe(46);
+    // The old form: HMAC over the encoded id without the `send:` prefix (cfbl: with `cfbl:` only).
+    const enc = Buffer.from('m-1').toString('base64url');
+    const old = (input: string) => hmacSha256(key, input).subarray(0, 12).toString('base64url');
+    expect(verifyToken(`${enc}+${old(enc)}`, key)).toEqual({ id: 'm-1', legacy: true, verified: true });
+    expect(verifyToken(`${enc}+${old(`cfbl:${enc}`)}`, key, 'cfbl')).toEqual({ id: 'm-1', legacy: true, verified: true });
+    expect(verifyToken(`${enc}+${old(enc)}`, key, 'cfbl')).toBeNull();
+    expect(verifyToken(signToken('m-1', key), key)).toEqual({ id: 'm-1', legacy: false, verified: true });
+    expect(signToken('m-1', key)).not.toBe(`${enc}+${old(enc)}`);
   });
   it('rejects forged, altered, foreign-host, wrong-key and cross-purpose tokens', () => {
     const token = signToken('m-1', key);
@@ -133,7 +147,7 @@ describe('VERP', () => {
   it('accepts the unsigned form only when allowed (isolated tests)', () => {
     const unsigned = `bounce+${Buffer.from('m-1').toString('base64url')}@b.test`;
     expect(parseVerpAddress(unsigned, { key, bounceHost: 'b.test' })).toBeNull();
-    expect(parseVerpAddress(unsigned, { key, bounceHost: 'b.test', allowUnsigned: true })).toEqual({ messageId: 'm-1', verified: false });
+    expect(parseVerpAddress(unsigned, { key, bounceHost: 'b.test', allowUnsigned: true })).toEqual({ id: 'm-1', legacy: false, verified: false });
   });
 });
 

@@ -6,13 +6,14 @@
 import nodemailer from 'nodemailer';
 import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { ProvenanceStore } from '../../../src/mta/delivery/provenance.js';
+import { ProvenanceStore, type ProvenanceRef } from '../../../src/mta/delivery/provenance.js';
 import { signToken } from '../../../src/mta/delivery/verp.js';
 import { reportEventId } from '../../../src/mta/outbox/store.js';
 import { reportRecipients, type InboundTarget } from '../../../src/mta/inbound/recipients.js';
 import { FeedbackProcessor } from '../../../src/mta/inbound/reports.js';
 import { FeedbackReportStore, type ReportWrite } from '../../../src/mta/stores/feedback-reports.js';
 import type { SuppressionReason } from '../../../src/mta/stores/suppression.js';
+import { hmacSha256 } from '../../../src/shared/crypto.js';
 import { silentLogger } from '../../../src/shared/log.js';
 import { MTA_EVENT } from '../../../src/shared/contracts/mta.js';
 import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receiver.js';
@@ -35,14 +36,20 @@ afterAll(async () => {
 });
 beforeEach(() => backend.reset());
 
-/** A send as the delivery engine records it; returns its message id and tokens. */
-async function sent(org = 'org-fb', ip: string | null = '127.0.0.2', to?: string) {
-  const messageId = `fb-${++seq}`;
+/** A send as the delivery engine records it; returns its send id, message id and tokens. */
+async function sent(org = 'org-fb', ip: string | null = '127.0.0.2', to?: string, messageId = `fb-${++seq}`) {
+  const sendId = `${++seq}`;
   const recipient = to ?? `user${seq}@receiver.test`;
   const p = new ProvenanceStore(t.db.pool, t.clock);
-  await p.record({ messageId, organizationId: org, campaignId: 'camp-1', recipient, domain: 'receiver.test', ip, sentAt: t.clock.now() });
+  await p.record({ sendId, messageId, organizationId: org, campaignId: 'camp-1', recipient, domain: 'receiver.test', ip, sentAt: t.clock.now() });
   await p.close();
-  return { messageId, recipient, bounce: `bounce+${signToken(messageId, KEY)}@${HOST}`, fbl: `fbl+${signToken(messageId, KEY, 'cfbl')}@${HOST}`, cfblId: signToken(messageId, KEY, 'cfbl') };
+  return { sendId, messageId, recipient, bounce: `bounce+${signToken(sendId, KEY)}@${HOST}`, fbl: `fbl+${signToken(sendId, KEY, 'cfbl')}@${HOST}`, cfblId: signToken(sendId, KEY, 'cfbl') };
+}
+
+/** A token of the form issued before send ids (HMAC over the encoded message id, complaints prefixed `cfbl:`). */
+function legacyToken(messageId: string, purpose: 'bounce' | 'cfbl') {
+  const enc = Buffer.from(messageId).toString('base64url');
+  return `${enc}+${hmacSha256(KEY, purpose === 'cfbl' ? `cfbl:${enc}` : enc).subarray(0, 12).toString('base64url')}`;
 }
 
 async function deliver(to: string, raw: string, from = ''): Promise<void> {
@@ -85,10 +92,64 @@ describe('bounces (RFC 3464)', () => {
 
   it('a soft DSN posts `bounced` (soft), suppresses nothing and counts as a deferral for the sending IP', async () => {
     const s = await sent();
-    await deliver(s.bounce, dsnReport({ recipient: s.recipient, status: '4.2.2', action: 'delayed', diagnostic: '452 4.2.2 Mailbox full' }));
+    await deliver(s.bounce, dsnReport({ recipient: s.recipient, status: '4.2.2', action: 'failed', diagnostic: '452 4.2.2 Mailbox full' }));
     const [e] = await events(1);
     expect(e).toMatchObject({ event: MTA_EVENT.bounced, data: { type: 'soft', reason: 'mailboxfull', ip: '127.0.0.2' } });
     expect((await suppression(s.recipient)).suppressed).toBe(false);
+  });
+
+  it('a delay notice (Action: delayed) is no bounce: no event, nothing suppressed; the final failure after it, same status, posts `bounced` once', async () => {
+    const s = await sent('org-delay');
+    await deliver(s.bounce, dsnReport({ recipient: s.recipient, status: '4.4.1', action: 'delayed', diagnostic: '421 4.4.1 Connection timed out' }));
+    await t.mta.context.relay.settle();
+    const mine = () => postedEvents(backend.requests).filter((e) => e.data.messageId === s.messageId);
+    expect(mine()).toEqual([]);
+    expect((await suppression(s.recipient)).suppressed).toBe(false);
+    const [delay] = await t.mta.context.stores.feedbackReports.recent(1);
+    expect(delay).toMatchObject({ outcome: 'applied', hard: false, sendId: s.sendId, messageId: s.messageId, dedupeKey: `bounce/${s.sendId}:delayed:4.4.1` });
+    await deliver(s.bounce, dsnReport({ recipient: s.recipient, status: '4.4.1', action: 'failed', diagnostic: '421 4.4.1 Connection timed out' }));
+    await t.mta.context.relay.settle();
+    expect(mine()).toHaveLength(1);
+    expect(mine()[0]).toMatchObject({ event: MTA_EVENT.bounced, data: { type: 'soft', organizationId: 'org-delay', recipient: s.recipient } });
+  });
+
+  it('two organizations\' sends of one message id: each report lands on its own send only', async () => {
+    const id = `fb-shared-${++seq}`;
+    const a = await sent('org-one', null, undefined, id);
+    const b = await sent('org-two', null, undefined, id);
+    await deliver(a.bounce, dsnReport({ recipient: a.recipient, status: '5.1.1', diagnostic: '550 5.1.1 User unknown' }));
+    await deliver(b.fbl, arfReport({ recipient: b.recipient }));
+    expect(await suppression(a.recipient)).toMatchObject({ suppressed: true, reason: 'hard_bounce' });
+    expect(await suppression(b.recipient)).toMatchObject({ suppressed: true, reason: 'complaint' });
+    const posted = await events(2);
+    expect(posted.find((e) => e.event === MTA_EVENT.bounced)!.data).toMatchObject({ messageId: id, organizationId: 'org-one', recipient: a.recipient });
+    expect(posted.find((e) => e.event === MTA_EVENT.complained)!.data).toMatchObject({ messageId: id, organizationId: 'org-two', recipient: b.recipient });
+    expect(posted).toHaveLength(2);
+  });
+
+  it('tokens of the old form (message id) are still attributed, through the provenance written before send ids, until it expires', async () => {
+    const messageId = `fb-legacy-${++seq}`;
+    const recipient = `legacy${seq}@receiver.test`;
+    await t.db.pool.query(
+      `INSERT INTO mta_send_provenance_legacy (message_id, organization_id, campaign_id, recipient, domain, sent_at, ip) VALUES ($1, 'org-old', NULL, $2, 'receiver.test', $3, NULL)`,
+      [messageId, recipient, new Date(t.clock.now())],
+    );
+    await deliver(`bounce+${legacyToken(messageId, 'bounce')}@${HOST}`, dsnReport({ recipient, status: '5.1.1', diagnostic: '550 5.1.1 User unknown' }));
+    expect(await suppression(recipient)).toMatchObject({ suppressed: true, reason: 'hard_bounce' });
+    const [e] = await events(1);
+    expect(e).toMatchObject({ event: MTA_EVENT.bounced, data: { messageId, organizationId: 'org-old', recipient } });
+    const [row] = await t.mta.context.stores.feedbackReports.recent(1);
+    expect(row).toMatchObject({ sendId: null, messageId, dedupeKey: `bounce:org-old:${messageId}:hard:5.1.1` });
+    // A legacy complaint token names no send id: the same digits as a send id find nothing.
+    const s = await sent('org-new');
+    backend.reset();
+    await deliver(`fbl+${legacyToken(s.sendId, 'cfbl')}@${HOST}`, arfReport({ recipient: s.recipient }));
+    expect((await suppression(s.recipient)).suppressed).toBe(false);
+    // Past the horizon it is expired, like any other.
+    t.clock.advance(16 * 86_400_000 + 60_000);
+    const other = `legacy-late${seq}@receiver.test`;
+    await deliver(`fbl+${legacyToken(messageId, 'cfbl')}@${HOST}`, arfReport({ recipient: other }));
+    expect((await t.mta.context.stores.feedbackReports.recent(1))[0]).toMatchObject({ outcome: 'rejected:expired', messageId });
   });
 
   it('a replayed DSN has no second effect', async () => {
@@ -152,7 +213,7 @@ describe('rejected or absorbed, and counted', () => {
   it('a bounce token used as a complaint token', async () => {
     const s = await sent();
     const n = await rejected('wrong_purpose');
-    await deliver(`fbl+${signToken(s.messageId, KEY)}@${HOST}`, arfReport({ recipient: s.recipient }));
+    await deliver(`fbl+${signToken(s.sendId, KEY)}@${HOST}`, arfReport({ recipient: s.recipient }));
     expect(await rejected('wrong_purpose')).toBe(n + 1);
     expect((await suppression(s.recipient)).suppressed).toBe(false);
   });
@@ -168,23 +229,23 @@ describe('rejected or absorbed, and counted', () => {
     expect((await suppression(s.recipient)).suppressed).toBe(false);
     // Recorded as before the provenance was read in the write: nothing of the send's in the row.
     const [row] = await t.mta.context.stores.feedbackReports.recent(1);
-    expect(row).toMatchObject({ outcome: 'rejected:expired', kind: 'complaint', source: 'envelope', messageId: s.messageId, dedupeKey: null, organizationId: null, recipient: null, reason: null, hard: null });
+    expect(row).toMatchObject({ outcome: 'rejected:expired', kind: 'complaint', source: 'envelope', sendId: s.sendId, messageId: null, dedupeKey: null, organizationId: null, recipient: null, reason: null, hard: null });
   });
 
   it('a verified token of a message never sent (no provenance): a DSN rejected as expired, no event, counted once', async () => {
-    const messageId = `fb-unsent-${++seq}`;
+    const sendId = `${++seq}`;
     const n = await rejected('expired');
     const reports = await metric('mta_inbound_reports_total', 'kind="dsn",outcome="rejected"');
     const applied = await metric('mta_inbound_reports_total', 'kind="bounce",outcome="applied"');
-    await deliver(`bounce+${signToken(messageId, KEY)}@${HOST}`, dsnReport({ recipient: 'someone@receiver.test', status: '5.1.1', diagnostic: '550 5.1.1 User unknown' }));
+    await deliver(`bounce+${signToken(sendId, KEY)}@${HOST}`, dsnReport({ recipient: 'someone@receiver.test', status: '5.1.1', diagnostic: '550 5.1.1 User unknown' }));
     expect(await rejected('expired')).toBe(n + 1);
     expect(await metric('mta_inbound_reports_total', 'kind="dsn",outcome="rejected"')).toBe(reports + 1);
     expect(await metric('mta_inbound_reports_total', 'kind="bounce",outcome="applied"')).toBe(applied);
     expect((await suppression('someone@receiver.test')).suppressed).toBe(false);
     const [row] = await t.mta.context.stores.feedbackReports.recent(1);
-    expect(row).toMatchObject({ outcome: 'rejected:expired', kind: 'dsn', messageId, dedupeKey: null, organizationId: null, recipient: null, hard: null });
+    expect(row).toMatchObject({ outcome: 'rejected:expired', kind: 'dsn', sendId, messageId: null, dedupeKey: null, organizationId: null, recipient: null, hard: null });
     await t.mta.context.relay.settle();
-    expect(postedEvents(backend.requests).filter((e) => e.data.messageId === messageId)).toEqual([]);
+    expect(postedEvents(backend.requests).filter((e) => e.event === MTA_EVENT.bounced && e.data.recipient === 'someone@receiver.test')).toEqual([]);
   });
 
   it('a replayed complaint: one suppression, one event, one breaker marker', async () => {
@@ -218,12 +279,13 @@ describe('reports arriving together share a transaction', () => {
 });
 
 describe('one statement per batch of reports', () => {
-  const complaintRow = (messageId: string | null) => ({
+  const complaintRow = (sendId: string | null) => ({
     dedupeKey: null,
     kind: 'complaint',
-    outcome: messageId ? 'applied' : 'rejected:no_token',
-    source: messageId ? 'envelope' : null,
-    messageId,
+    outcome: sendId ? 'applied' : 'rejected:no_token',
+    source: sendId ? 'envelope' : null,
+    sendId,
+    messageId: null,
     organizationId: null,
     recipient: null,
     reason: 'feedback',
@@ -235,12 +297,12 @@ describe('one statement per batch of reports', () => {
     remoteIp: '127.0.0.1',
   });
   /** A complaint attributed to a send, as the processor writes it. */
-  const complaint = (messageId: string, suppress: SuppressionReason | null = 'complaint'): ReportWrite => ({
-    row: complaintRow(messageId),
+  const complaint = (sendId: string, suppress: SuppressionReason | null = 'complaint'): ReportWrite => ({
+    row: complaintRow(sendId),
     effect: {
       kind: 'complaint',
       keySuffix: '',
-      event: { name: MTA_EVENT.complained, data: { messageId, feedbackType: 'abuse', userAgent: null, source: 'envelope' }, fill: ['organizationId', 'campaignId', 'recipient'], at: t.clock.now() },
+      event: { name: MTA_EVENT.complained, data: { feedbackType: 'abuse', userAgent: null, source: 'envelope' }, fill: ['messageId', 'organizationId', 'campaignId', 'recipient'], at: t.clock.now() },
       suppress,
     },
   });
@@ -256,22 +318,23 @@ describe('one statement per batch of reports', () => {
     listener.on('notification', (n) => heard.push(n.payload ?? ''));
     await listener.query('LISTEN mta_suppression');
     try {
-      expect((await store.record(complaint(old.messageId, null))).fresh).toBe(true);
+      expect((await store.record(complaint(old.sendId, null))).fresh).toBe(true);
+      const unknownId = `${++seq}`;
       const [wa, wb, again, replay, unknown, rejected] = await Promise.all([
-        store.record(complaint(a.messageId, 'hard_bounce')),
-        store.record(complaint(b.messageId)),
-        store.record(complaint(b.messageId)),
-        store.record(complaint(old.messageId)),
-        store.record(complaint(`fb-unknown-${seq}`)),
+        store.record(complaint(a.sendId, 'hard_bounce')),
+        store.record(complaint(b.sendId)),
+        store.record(complaint(b.sendId)),
+        store.record(complaint(old.sendId)),
+        store.record(complaint(unknownId)),
         store.record({ row: complaintRow(null) }),
       ]);
       expect([wa!.fresh, wb!.fresh, again!.fresh, replay!.fresh, unknown!.fresh, rejected!.fresh]).toEqual([true, true, false, false, true, true]);
-      expect(wa!.provenance).toMatchObject({ messageId: a.messageId, organizationId: 'org-stmt', campaignId: 'camp-1', recipient: address, domain: 'receiver.test', ip: null });
+      expect(wa!.provenance).toMatchObject({ sendId: a.sendId, messageId: a.messageId, organizationId: 'org-stmt', campaignId: 'camp-1', recipient: address, domain: 'receiver.test', ip: null });
       expect([unknown!.provenance, rejected!.provenance]).toEqual([null, null]);
       // The statement names the event as reportEventId does, and fills it from the provenance.
-      expect(wa!.written.map((e) => e.id)).toEqual([reportEventId(`complaint:org-stmt:${a.messageId}`)]);
+      expect(wa!.written.map((e) => e.id)).toEqual([reportEventId(`complaint/${a.sendId}`)]);
       expect(JSON.parse(wa!.written[0]!.body)).toEqual({
-        id: reportEventId(`complaint:org-stmt:${a.messageId}`),
+        id: reportEventId(`complaint/${a.sendId}`),
         event: MTA_EVENT.complained,
         timestamp: new Date(t.clock.now()).toISOString(),
         data: { messageId: a.messageId, organizationId: 'org-stmt', campaignId: 'camp-1', recipient: address, feedbackType: 'abuse', userAgent: null, source: 'envelope' },
@@ -286,8 +349,8 @@ describe('one statement per batch of reports', () => {
       expect(heard.join('\n')).not.toContain(`replay${seq}@`);
       expect(t.mta.context.stores.suppression.has(address)).toBe(true);
       const rows = await t.mta.context.stores.feedbackReports.recent(4);
-      expect(rows.find((r) => r.messageId === `fb-unknown-${seq}`)).toMatchObject({ outcome: 'rejected:expired', dedupeKey: null, organizationId: null });
-      expect(rows.find((r) => r.messageId === a.messageId)).toMatchObject({ outcome: 'applied', dedupeKey: `complaint:org-stmt:${a.messageId}`, organizationId: 'org-stmt', recipient: address });
+      expect(rows.find((r) => r.sendId === unknownId)).toMatchObject({ outcome: 'rejected:expired', dedupeKey: null, organizationId: null, messageId: null });
+      expect(rows.find((r) => r.sendId === a.sendId)).toMatchObject({ outcome: 'applied', dedupeKey: `complaint/${a.sendId}`, messageId: a.messageId, organizationId: 'org-stmt', recipient: address });
     } finally {
       await listener.end();
     }
@@ -309,7 +372,7 @@ describe('one statement per batch of reports', () => {
       const n = ++seq;
       const addresses = Array.from({ length: 60 }, (_, i) => `${'l'.repeat(200)}${i}.${n}@receiver.test`);
       const sends = await Promise.all(addresses.map((a) => sent('org-stmt', null, a)));
-      await Promise.all(sends.map((x) => store.record(complaint(x.messageId))));
+      await Promise.all(sends.map((x) => store.record(complaint(x.sendId))));
       const announced = () => heard.flatMap((p) => p.split('\n').slice(1)).filter((a) => a.endsWith(`.${n}@receiver.test`));
       await eventually(() => announced().length >= addresses.length);
       expect(announced().sort()).toEqual([...addresses].sort());
@@ -324,14 +387,14 @@ describe('one statement per batch of reports', () => {
 describe('provenance lookups made together', () => {
   it('share one query and each gets its own answer (unknown and expired: null)', async () => {
     const [a, b] = [await sent('org-look'), await sent('org-look')];
-    const old = `fb-old-${++seq}`;
+    const old = `${++seq}`;
     const writer = new ProvenanceStore(t.db.pool, t.clock);
-    await writer.record({ messageId: old, organizationId: 'org-look', campaignId: null, recipient: 'old@receiver.test', domain: 'receiver.test', ip: null, sentAt: t.clock.now() - 17 * 86_400_000 });
+    await writer.record({ sendId: old, messageId: `fb-old-${old}`, organizationId: 'org-look', campaignId: null, recipient: 'old@receiver.test', domain: 'receiver.test', ip: null, sentAt: t.clock.now() - 17 * 86_400_000 });
     await writer.close();
     let queries = 0;
     const counted = new Proxy(t.db.pool, { get: (target, k) => (k === 'query' ? (...args: unknown[]) => (queries++, (target.query as (...x: unknown[]) => unknown)(...args)) : Reflect.get(target, k)) });
     const store = new ProvenanceStore(counted, t.clock);
-    const got = await Promise.all([a.messageId, 'fb-unknown', b.messageId, old, a.messageId].map((id) => store.lookup(id)));
+    const got = await Promise.all([a.sendId, 'fb-unknown', b.sendId, old, a.sendId].map((id) => store.lookup({ id, legacy: false })));
     expect(queries).toBe(1);
     expect(got.map((p) => p?.recipient ?? null)).toEqual([a.recipient, null, b.recipient, null, a.recipient]);
     expect(got[0]).toMatchObject({ messageId: a.messageId, organizationId: 'org-look', campaignId: 'camp-1', domain: 'receiver.test', ip: '127.0.0.2' });
@@ -342,8 +405,8 @@ describe('the provenance read in the report\'s write', () => {
   function processor() {
     const c = t.mta.context;
     const store = new ProvenanceStore(t.db.pool, t.clock);
-    const asked: string[] = [];
-    const provenance = { lookup: (id: string) => (asked.push(id), store.lookup(id)) };
+    const asked: ProvenanceRef[] = [];
+    const provenance = { lookup: (ref: ProvenanceRef) => (asked.push(ref), store.lookup(ref)) };
     let queries = 0;
     const counted = new Proxy(t.db.pool, { get: (target, k) => (k === 'query' ? (...args: unknown[]) => (queries++, (target.query as (...x: unknown[]) => unknown)(...args)) : Reflect.get(target, k)) });
     const fp = new FeedbackProcessor({
@@ -382,10 +445,10 @@ describe('the provenance read in the report\'s write', () => {
     const raw = dsnReport({ recipient: s.recipient, status: '5.1.1', diagnostic: '550 5.1.1 User unknown' }).replace(`Final-Recipient: rfc822; ${s.recipient}`, `${other}Final-Recipient: rfc822; ${s.recipient}`);
     const out = await fp.process(message(s.bounce, raw));
     expect(out).toMatchObject({ outcome: 'applied', messageId: s.messageId });
-    expect(asked).toEqual([s.messageId]);
+    expect(asked).toEqual([{ id: s.sendId, legacy: false }]);
     expect(await suppression(s.recipient)).toMatchObject({ suppressed: true, reason: 'hard_bounce' });
     const [row] = await t.mta.context.stores.feedbackReports.recent(1);
-    expect(row).toMatchObject({ dedupeKey: `bounce:org-read:${s.messageId}:hard:5.1.1`, hard: true, reason: 'userunknown', recipient: s.recipient });
+    expect(row).toMatchObject({ dedupeKey: `bounce/${s.sendId}:hard:5.1.1`, hard: true, reason: 'userunknown', recipient: s.recipient });
   });
 
   it('a bounce about nobody we sent to is recorded as ignored with the send\'s provenance, or as expired without one', async () => {
@@ -394,8 +457,8 @@ describe('the provenance read in the report\'s write', () => {
     const delivered = dsnReport({ recipient: s.recipient, status: '2.0.0', action: 'delivered', diagnostic: '250 2.0.0 Ok' });
     expect(await fp.process(message(s.bounce, delivered))).toMatchObject({ kind: 'ignored', outcome: 'ignored', messageId: s.messageId });
     expect((await t.mta.context.stores.feedbackReports.recent(1))[0]).toMatchObject({ outcome: 'ignored', organizationId: 'org-read', recipient: s.recipient, dedupeKey: null });
-    const unsent = `fb-unsent-${++seq}`;
-    expect(await fp.process(message(`bounce+${signToken(unsent, KEY)}@${HOST}`, delivered))).toMatchObject({ outcome: 'rejected', rejection: 'expired', messageId: unsent });
+    const unsent = `${++seq}`;
+    expect(await fp.process(message(`bounce+${signToken(unsent, KEY)}@${HOST}`, delivered))).toMatchObject({ outcome: 'rejected', rejection: 'expired', sendId: unsent });
     expect((await t.mta.context.stores.feedbackReports.recent(1))[0]).toMatchObject({ outcome: 'rejected:expired', organizationId: null, recipient: null, reason: null });
   });
 });

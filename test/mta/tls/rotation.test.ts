@@ -53,7 +53,7 @@ async function sendAndVerify(n: number): Promise<{ selector: string; result: str
     autoPrune: false,
   });
   try {
-    const r = await engine.deliver({ messageId: `rot-${n}`, organizationId: 'o', from: 'a@sender.test', to: `u${n}@dest.test`, subject: `m${n}`, text: 'hi', dkimDomain: 'sender.test' }, { pool: 'transactional', bindIp: '127.0.0.2', ehloName: 'mta1.sender.test' });
+    const r = await engine.deliver({ messageId: `rot-${n}`, sendId: `rot-${n}`, organizationId: 'o', from: 'a@sender.test', to: `u${n}@dest.test`, subject: `m${n}`, text: 'hi', dkimDomain: 'sender.test' }, { pool: 'transactional', bindIp: '127.0.0.2', ehloName: 'mta1.sender.test' });
     expect(r.status).toBe('sent');
   } finally {
     await engine.close();

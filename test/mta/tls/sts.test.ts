@@ -56,7 +56,8 @@ function zone(mx: { name: string; ip: string; pref?: number }[], id: string | nu
 }
 
 function msg(to: string, n = 1): OutboundMessage {
-  return { messageId: `sts-${to}-${n}-${Math.random()}`, organizationId: 'org-1', from: 'News <news@sender.test>', to, subject: 'Hi', text: 'Hello', dkimDomain: 'sender.test' };
+  const id = `sts-${to}-${n}-${Math.random()}`;
+  return { messageId: id, sendId: id, organizationId: 'org-1', from: 'News <news@sender.test>', to, subject: 'Hi', text: 'Hello', dkimDomain: 'sender.test' };
 }
 
 const engines: DeliveryEngine[] = [];

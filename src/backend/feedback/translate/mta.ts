@@ -101,6 +101,7 @@ function translateMtaEvent(parsed: unknown, nowMs: number): Translation {
             ...base,
             providerMessageId: d.messageId,
             sendId: null,
+            organizationId: d.organizationId,
             status: 'delivered',
             recipient: requireEmail(d.recipient, 'data.recipient'),
             delivery: { smtpResponse: smtpReply(d.smtpCode, d.smtpResponse) },
@@ -113,14 +114,14 @@ function translateMtaEvent(parsed: unknown, nowMs: number): Translation {
       const bounce = classifyBounce(d.type, d.smtpResponse, d.reason.toLowerCase());
       if (d.enhancedCode && /^[245]\.\d{1,3}\.\d{1,3}$/.test(d.enhancedCode)) bounce.status = d.enhancedCode;
       return {
-        events: [{ kind: 'lifecycle', ...base, providerMessageId: d.messageId, sendId: null, status: 'bounced', recipient: requireEmail(d.recipient, 'data.recipient'), bounce }],
+        events: [{ kind: 'lifecycle', ...base, providerMessageId: d.messageId, sendId: null, organizationId: d.organizationId, status: 'bounced', recipient: requireEmail(d.recipient, 'data.recipient'), bounce }],
       };
     }
     case MTA_EVENT.dropped: {
       // The MTA dropped the job unsent: suppressed (the list's reason travels as a field) or screened.
       const d = root.data as MtaEventData[typeof MTA_EVENT.dropped];
       const recipient = requireEmail(d.recipient, 'data.recipient');
-      const ref = { kind: 'lifecycle' as const, ...base, providerMessageId: d.messageId, sendId: null, recipient };
+      const ref = { kind: 'lifecycle' as const, ...base, providerMessageId: d.messageId, sendId: null, organizationId: d.organizationId, recipient };
       return {
         events: [
           d.status === 'suppressed'
@@ -138,6 +139,7 @@ function translateMtaEvent(parsed: unknown, nowMs: number): Translation {
             ...base,
             providerMessageId: d.messageId,
             sendId: null,
+            organizationId: d.organizationId,
             status: 'complained',
             recipient: requireEmail(d.recipient, 'data.recipient'),
             complaint: { feedbackType: d.feedbackType },
