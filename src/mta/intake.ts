@@ -11,7 +11,7 @@ import type { EnqueueInput } from '../shared/queue/types.js';
 
 export type GroupCommitOptions = BatchOptions;
 
-/** Values measured with `npm run bench:mta` (docs/performance.md). */
+/** Values measured with `npm run bench:mta` (docs/performance-history.md). */
 export const INTAKE_BATCH: GroupCommitOptions = { maxInFlight: 4, maxItems: 500, maxBytes: 8 * 1024 * 1024 };
 
 /** SQLSTATE class 22 (data exception): one input the database refused, not the batch's fault. */

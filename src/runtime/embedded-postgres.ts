@@ -168,7 +168,7 @@ export async function freePort(): Promise<number> {
  * default) and checkpoint_timeout 15 min: every queued body is written to the WAL, and at 1 GB
  * 100 KB bodies force a checkpoint every ~15 s, each writing out pages the queue frees seconds
  * later and doubling the WAL with full-page images (measured: −35 % disk writes, −10 to −17 %
- * PostgreSQL CPU per message; docs/performance.md). The price is a longer crash recovery.
+ * PostgreSQL CPU per message; docs/performance-history.md). The price is a longer crash recovery.
  */
 export function embeddedPostgresSettings(memoryBytes?: number, freeDiskBytes?: number): string[] {
   const limit = process.constrainedMemory?.() ?? 0;

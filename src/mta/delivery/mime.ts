@@ -110,7 +110,7 @@ function encodePart(content: string, eightBit: boolean): EncodedPart {
   // QP grows the part by 2 octets per escaped one, base64 by a third: QP for small parts that are
   // mostly ASCII, base64 for the rest. Above QP_MAX_BYTES base64 even when larger: measured end to
   // end with 100 KB of real HTML, QP's 25 % fewer octets did not pay for its encoding in JS and the
-  // DKIM hash of its white space (×0.94, docs/performance.md, "Quoted-printable and base64").
+  // DKIM hash of its white space (×0.94, docs/performance-history.md, "Quoted-printable and base64").
   if (buf.length <= QP_MAX_BYTES && qpEscapes(buf) * 6 < buf.length) return { cte: 'quoted-printable', body: encodeQuotedPrintable(buf) };
   return { cte: 'base64', body: base64Lines(buf) };
 }

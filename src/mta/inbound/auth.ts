@@ -15,7 +15,7 @@ const NONE: AuthResults = { spf: 'none', dkim: 'none', dmarc: 'none' };
 
 /**
  * mailauth's resolver through DNS_SERVERS. One c-ares channel for every message: a new one per
- * query cost more than the query (bench:inbound, docs/performance.md).
+ * query cost more than the query (bench:inbound, docs/performance-history.md).
  */
 function dnsResolver(servers: readonly string[] | undefined): (name: string, rrtype: string) => Promise<unknown> {
   const r = new dns.Resolver({ timeout: 2_000, tries: 2 });

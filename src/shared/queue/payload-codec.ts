@@ -9,7 +9,7 @@
  * index entry), then vacuumed seconds later; PostgreSQL's own pglz costs its single backend
  * several ms per row and lz4 is missing from the embedded server. Brotli at quality 1 costs
  * 0.04–0.3 ms of the event loop per 100 KB payload, and HTML shrinks 2–60×: PostgreSQL's CPU per
- * 100 KB job falls by a third to a half (docs/performance.md, "Compressed queue payloads").
+ * 100 KB job falls by a third to a half (docs/performance-history.md, "Queue payloads compressed").
  */
 import { isUtf8 } from 'node:buffer';
 import { brotliCompressSync, brotliDecompressSync, constants } from 'node:zlib';
@@ -18,7 +18,7 @@ export const PAYLOAD_CODEC = {
   /**
    * Smaller payloads are stored as they are: a 5 KB job compressed still went out of line for a
    * typical body and saved PostgreSQL nothing measurable, while the compression cost the event
-   * loop 0.02 ms (docs/performance.md, "Compressed queue payloads").
+   * loop 0.02 ms (docs/performance-history.md, "Queue payloads compressed").
    */
   minBytes: 8 * 1024,
   quality: 1,

@@ -2,7 +2,7 @@
  * AWS Signature Version 4 for one JSON POST (what SES v2 SendEmail needs). Written by hand
  * instead of @aws-sdk/client-sesv2: measured on 2026-11-25, the SDK client installs 24 packages
  * (19 MB), takes 140-210 ms to load and build a client, and warns that its releases from
- * January 2027 need Node 22 (we run 20), all for one request shape (docs/performance.md). The recipe is AWS's published one; test/backend/api/providers.test.ts
+ * January 2027 need Node 22 (we run 20), all for one request shape (docs/performance-history.md). The recipe is AWS's published one; test/backend/api/providers.test.ts
  * has botocore recompute every signature we send.
  */
 import { createHash, createHmac } from 'node:crypto';

@@ -7,7 +7,7 @@ import type { Migration } from '../migrate.js';
  * never vacuumed in time and grew by every payload written (117 KB per 100 KB email job,
  * measured), so every enqueue extended the relation and the server zeroed and wrote pages
  * it could have reused. A fixed threshold with no cost delay keeps the dead space reclaimed
- * as it is made (docs/performance.md, "Queue table vacuum").
+ * as it is made (docs/performance-history.md, session 3, "Queue vacuum").
  */
 export const m006: Migration = {
   id: '006_queue_autovacuum',
