@@ -5,7 +5,7 @@ import { Ajv, type Options as AjvOptions, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { AppError, badInput, CATEGORY_STATUS, envelope, type ErrorCategory } from './errors.js';
 import { EDGE_POLICY } from './edge-policy.js';
-import { clientErrorHandler, closeIfBodyPending, frameworkErrors, limitConnections, refusedSockets, RouteDeadlines } from './http-edge.js';
+import { clientErrorHandler, closeIfBodyPending, expectationFailed, frameworkErrors, limitConnections, refusedSockets, requestLineFault, RouteDeadlines } from './http-edge.js';
 import type { Clock } from './clock.js';
 import { SPEC, type Config } from './config.js';
 import { findInputFault, findRequestFault, wasChecked, type InputFault } from './input.js';
@@ -105,6 +105,8 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
   const headersTimeout = Math.min(limits.headersTimeoutMs, limits.bodyTimeoutMs);
   const app = Fastify({
     http: {
+      // Missing Host is answered in the envelope by the onRequest hook (requestLineFault).
+      requireHostHeader: false,
       headersTimeout,
       requestTimeout: limits.bodyTimeoutMs,
       connectionsCheckingInterval: Math.max(10, Math.min(EDGE_POLICY.deadlineCheckMs, Math.ceil(headersTimeout / 4))),
@@ -126,6 +128,7 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   limitConnections(app.server, limits.maxConnectionsPerClient, opts.log);
+  app.server.on('checkExpectation', expectationFailed);
   const deadlines = RouteDeadlines.install(app, limits.requestTimeoutMs, opts.clock);
   deadlinesOf.set(app, deadlines);
   const routes: RouteEntry[] = [];
@@ -148,6 +151,8 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
       return done();
     }
     deadlines.start(reply);
+    const refused = requestLineFault(req);
+    if (refused) return done(refused);
     const fault = findRequestFault(req);
     done(fault ? inputError(fault) : undefined);
   });

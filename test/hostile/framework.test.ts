@@ -27,6 +27,11 @@ describe('finding 7: framework errors in the envelope, on both servers', () => {
     ['headers over 16 KB', get('/api/v1/health', `X-Big: ${'b'.repeat(17 * 1024)}\r\n`), 431, 'headers_too_large'],
     ['a NUL in a header value', get('/api/v1/health', 'X-A: a\0b\r\n'), 400, 'malformed_request'],
     ['a request line that is not HTTP', 'BREW /pot HTCPCP/1.0\r\n\r\n', 400, 'malformed_request'],
+    // Issue #43, item 7: what Node answered itself, with an empty body.
+    ['an HTTP/1.1 request without Host', 'GET /api/v1/health HTTP/1.1\r\n\r\n', 400, 'missing_host'],
+    ['an Expect other than 100-continue', get('/api/v1/health', 'Expect: bogus\r\n'), 417, 'expectation_failed'],
+    ['a %-escape in the query that does not decode', get('/api/v1/health?x=%zz'), 400, 'bad_url'],
+    ['a query escape that is not UTF-8', get('/api/v1/health?x=%E0%A4%A'), 400, 'bad_url'],
   ];
   for (const [what, bytes, status, reason] of cases) {
     it(`${what}: ${status} ${reason}`, async () => {
@@ -57,12 +62,15 @@ describe('finding 7: the open pixel always answers with the GIF', () => {
     expect(r.headers['content-type']).toBe('image/gif');
     expect(r.body.equals(PIXEL_GIF)).toBe(true);
   };
-  it('for a broken %-escape, a long id, a NUL in the id, headers over 16 KB and a NUL in a header', async () => {
+  it('for a broken %-escape, a long id, a NUL in the id, headers over 16 KB, a NUL in a header, no Host, a bad Expect and a bad query escape', async () => {
     pixel(await rawRequest(p.backend, get('/t/o/%E0%A4%A')));
     pixel(await rawRequest(p.backend, get(`/t/o/${'a'.repeat(200)}`)));
     pixel(await rawRequest(p.backend, get('/t/o/es_%00')));
     pixel(await rawRequest(p.backend, get('/t/o/es_1', `X-Big: ${'b'.repeat(17 * 1024)}\r\n`)));
     pixel(await rawRequest(p.backend, get('/t/o/es_1', 'User-Agent: a\0b\r\n')));
+    pixel(await rawRequest(p.backend, 'GET /t/o/es_1 HTTP/1.1\r\n\r\n'));
+    pixel(await rawRequest(p.backend, get('/t/o/es_1', 'Expect: bogus\r\n')));
+    pixel(await rawRequest(p.backend, get('/t/o/es_1?x=%zz')));
   });
 });
 
