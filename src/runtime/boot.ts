@@ -45,11 +45,13 @@ async function prepareConfig(opts: StartOptions) {
   const dataDir = resolve(given.DATA_DIR);
   const embedded = !given.DATABASE_URL;
   const production = given.NODE_ENV === 'production';
+  // Only the MTA signs and verifies VERP and CFBL tokens; a backend-only instance never reads the key.
+  const signsTokens = (opts.role ?? 'all') !== 'backend';
 
   if (production) {
     const problems: string[] = [];
-    if (!given.BOUNCE_VERP_KEY) problems.push('BOUNCE_VERP_KEY is required in production');
-    else if (isPlaceholderSecret(given.BOUNCE_VERP_KEY)) problems.push('BOUNCE_VERP_KEY is a placeholder value; set a random key of at least 16 characters');
+    if (signsTokens && !given.BOUNCE_VERP_KEY) problems.push('BOUNCE_VERP_KEY is required in production');
+    else if (signsTokens && isPlaceholderSecret(given.BOUNCE_VERP_KEY!)) problems.push('BOUNCE_VERP_KEY is a placeholder value; set a random key of at least 16 characters');
     if (!embedded) {
       for (const name of ['ADMIN_TOKEN', 'MTA_API_KEY', 'MTA_WEBHOOK_SECRET'] as const) {
         if (!given[name]) problems.push(`${name} is required in production with an external DATABASE_URL (every instance must share it)`);
@@ -59,7 +61,7 @@ async function prepareConfig(opts: StartOptions) {
   }
 
   mkdirSync(dataDir, { recursive: true });
-  const secrets = loadOrCreateSecrets(dataDir, env, { embeddedStore: embedded });
+  const secrets = loadOrCreateSecrets(dataDir, env, { embeddedStore: embedded, unused: signsTokens ? [] : ['BOUNCE_VERP_KEY'] });
   // Loaded again with what preparation adds, so the one configuration is never written to.
   const config = loadConfig({ ...env, ...secrets.values, BASE_URL: given.BASE_URL ?? `http://localhost:${given.PORT}` });
   // Only the default DATA_DIR may have its cluster placed elsewhere; an operator's choice stays put.

@@ -20,18 +20,21 @@ interface SecretsFile {
 /**
  * Loads `<dataDir>/secrets.json`, generating what is missing, and writes it back (0600,
  * atomically) only when something was generated. Environment variables still override
- * every value at use; `generated` lists the names created now, to be printed once.
+ * every value at use; `generated` lists the names created now, to be printed once. `unused`:
+ * names the starting role never reads (BOUNCE_VERP_KEY on a backend-only instance).
  */
 export function loadOrCreateSecrets(
   dataDir: string,
   env: Record<string, string | undefined>,
-  opts: { embeddedStore: boolean },
-): { values: Record<GeneratedSecret, string>; generated: GeneratedSecret[]; postgresPassword?: string } {
+  opts: { embeddedStore: boolean; unused?: readonly GeneratedSecret[] },
+): { values: Partial<Record<GeneratedSecret, string>>; generated: GeneratedSecret[]; postgresPassword?: string } {
   const file = join(dataDir, 'secrets.json');
   const stored: SecretsFile = existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : { secrets: {} };
   const generated: GeneratedSecret[] = [];
-  const values = {} as Record<GeneratedSecret, string>;
+  const values: Partial<Record<GeneratedSecret, string>> = {};
   for (const name of Object.keys(GENERATED_SECRETS) as GeneratedSecret[]) {
+    // A secret this role never reads is neither made nor announced (it would only be one more to guard).
+    if (opts.unused?.includes(name)) continue;
     const fromEnv = env[name];
     if (fromEnv) {
       values[name] = fromEnv;

@@ -6,12 +6,12 @@
  * pixel: a mail client always gets the GIF), used for these errors too. Also the route deadline
  * (HTTP_REQUEST_TIMEOUT_MS) and the per-client connection cap.
  */
-import type { Server } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { systemClock, type Clock } from './clock.js';
 import { EDGE_POLICY } from './edge-policy.js';
-import { envelope } from './errors.js';
+import { badInput, envelope, type AppError } from './errors.js';
 import type { Logger } from './log.js';
 import { embeddedIpv4, ipv6Bytes } from './net/address.js';
 
@@ -57,6 +57,41 @@ export function frameworkErrors(err: Error & { code?: string }, req: FastifyRequ
       req.log.error({ err }, 'request failed before routing');
       reply.code(500).send(envelope('internal', 'Internal server error'));
   }
+}
+
+/**
+ * What Node would answer itself with an empty body, refused before a route runs: an HTTP/1.1
+ * request without Host (Node's `requireHostHeader`, turned off so this answers instead) and a
+ * query whose %-escape does not decode (the query parser keeps it as text; the path's is a
+ * 400 already). Null when the request may go on.
+ */
+export function requestLineFault(req: FastifyRequest): AppError | null {
+  if (req.raw.httpVersion === '1.1' && req.headers.host === undefined) return badInput('An HTTP/1.1 request needs a Host header', 'missing_host');
+  const url = req.raw.url ?? '';
+  const q = url.indexOf('?');
+  if (q >= 0 && url.includes('%', q)) {
+    try {
+      decodeURIComponent(url.slice(q + 1));
+    } catch {
+      return badInput('The URL is not valid: a %-escape in the query does not decode', 'bad_url');
+    }
+  }
+  return null;
+}
+
+/**
+ * Node's `checkExpectation`: an `Expect` other than 100-continue. Without a listener Node
+ * answers 417 with an empty body; this answers the envelope, and the connection closes (the
+ * body, if any, is not read).
+ */
+export function expectationFailed(this: Server, req: IncomingMessage, res: ServerResponse): void {
+  const fixed = fixedFor(this, req.method, req.url);
+  if (fixed) {
+    res.writeHead(fixed.status, { ...fixed.headers, 'content-length': fixed.body.length, connection: 'close' }).end(fixed.body);
+    return;
+  }
+  const body = JSON.stringify(envelope('invalid_input', `Expect: ${String(req.headers.expect).slice(0, 100)} is not supported`, 'expectation_failed'));
+  res.writeHead(417, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body);
 }
 
 const REASONS: Record<number, string> = { 200: 'OK', 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };

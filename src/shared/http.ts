@@ -5,7 +5,7 @@ import { Ajv, type Options as AjvOptions, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { AppError, badInput, CATEGORY_STATUS, envelope, type ErrorCategory } from './errors.js';
 import { EDGE_POLICY } from './edge-policy.js';
-import { clientErrorHandler, closeIfBodyPending, frameworkErrors, limitConnections, refusedSockets, RouteDeadlines } from './http-edge.js';
+import { clientErrorHandler, closeIfBodyPending, expectationFailed, frameworkErrors, limitConnections, refusedSockets, requestLineFault, RouteDeadlines } from './http-edge.js';
 import type { Clock } from './clock.js';
 import { SPEC, type Config } from './config.js';
 import { findInputFault, findRequestFault, wasChecked, type InputFault } from './input.js';
@@ -20,10 +20,36 @@ const STATUS_CATEGORY: Record<number, ErrorCategory> = Object.fromEntries(
 // ajv-formats is CommonJS with a default export; under NodeNext it arrives wrapped.
 const addFormats = ((addFormatsModule as any).default ?? addFormatsModule) as (ajv: Ajv) => Ajv;
 
+const BIGINT_MAX = 2n ** 63n - 1n;
+
 function makeAjv(opts: AjvOptions): Ajv {
   const ajv = new Ajv({ removeAdditional: false, useDefaults: true, allErrors: false, strict: false, ...opts });
   addFormats(ajv);
+  // A row id (a cursor) as decimal text, within PostgreSQL's bigint: past it the query fails.
+  ajv.addFormat('bigint-id', { type: 'string', validate: (v: string) => /^(0|[1-9][0-9]{0,18})$/.test(v) && BigInt(v) <= BIGINT_MAX });
   return ajv;
+}
+
+/** Keys whose values are data, not schemas. */
+const DATA_KEYWORDS = new Set(['default', 'const', 'enum', 'examples']);
+/**
+ * A copy of `schema` whose integers without bounds of their own are bounded to the safe
+ * integers: past them JavaScript loses digits and PostgreSQL's bigint (LIMIT, OFFSET, ids)
+ * overflows, a 500 instead of the 400 a value out of range is.
+ */
+function safeIntegers<T>(schema: T): T {
+  const walk = (n: unknown): unknown => {
+    if (Array.isArray(n)) return n.map(walk);
+    if (!n || typeof n !== 'object') return n;
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(n)) out[k] = DATA_KEYWORDS.has(k) ? v : walk(v);
+    if (out.type === 'integer') {
+      if (out.maximum === undefined && out.exclusiveMaximum === undefined) out.maximum = Number.MAX_SAFE_INTEGER;
+      if (out.minimum === undefined && out.exclusiveMinimum === undefined) out.minimum = Number.MIN_SAFE_INTEGER;
+    }
+    return out;
+  };
+  return walk(schema) as T;
 }
 
 /** Bodies are typed JSON: a wrong type is an error, never coerced ("5" is not 5). */
@@ -56,6 +82,15 @@ export function edgeLimits(config: Partial<EdgeConfig> = {}): EdgeLimits {
 }
 
 const deadlinesOf = new WeakMap<object, RouteDeadlines>();
+/** A route as registered: method, URL and its querystring schema. */
+export interface RouteEntry {
+  method: string;
+  url: string;
+  querystring?: TSchemaLike;
+}
+const routesOfApp = new WeakMap<object, RouteEntry[]>();
+/** Every route of an app from createHttpApp (the hostile tests probe each list route's query). */
+export const routesOf = (app: object): readonly RouteEntry[] => routesOfApp.get(app) ?? [];
 /** The route deadlines of an app from createHttpApp (tests read how many requests are open). */
 export const routeDeadlinesOf = (app: object): RouteDeadlines | undefined => deadlinesOf.get(app);
 
@@ -70,6 +105,8 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
   const headersTimeout = Math.min(limits.headersTimeoutMs, limits.bodyTimeoutMs);
   const app = Fastify({
     http: {
+      // Missing Host is answered in the envelope by the onRequest hook (requestLineFault).
+      requireHostHeader: false,
       headersTimeout,
       requestTimeout: limits.bodyTimeoutMs,
       connectionsCheckingInterval: Math.max(10, Math.min(EDGE_POLICY.deadlineCheckMs, Math.ceil(headersTimeout / 4))),
@@ -91,12 +128,18 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   limitConnections(app.server, limits.maxConnectionsPerClient, opts.log);
+  app.server.on('checkExpectation', expectationFailed);
   const deadlines = RouteDeadlines.install(app, limits.requestTimeoutMs, opts.clock);
   deadlinesOf.set(app, deadlines);
+  const routes: RouteEntry[] = [];
+  routesOfApp.set(app, routes);
+  app.addHook('onRoute', (r) => {
+    for (const method of [r.method].flat()) routes.push({ method, url: r.url, querystring: r.schema?.querystring as TSchemaLike | undefined });
+  });
 
   app.setValidatorCompiler(({ schema, httpPart }) => {
-    if (httpPart === 'body') return BODY_AJV.compile(schema) as any;
-    return decimalOnly(schema as TSchemaLike, PARAM_AJV.compile(schema)) as any;
+    if (httpPart === 'body') return BODY_AJV.compile(safeIntegers(schema)) as any;
+    return decimalOnly(schema as TSchemaLike, PARAM_AJV.compile(safeIntegers(schema))) as any;
   });
   app.setErrorHandler(errorHandler);
   // The input policy (./input.ts), before any route's own hooks: path, query and headers as
@@ -108,6 +151,8 @@ export function createHttpApp(opts: { log: Logger; bodyLimit?: number; trustProx
       return done();
     }
     deadlines.start(reply);
+    const refused = requestLineFault(req);
+    if (refused) return done(refused);
     const fault = findRequestFault(req);
     done(fault ? inputError(fault) : undefined);
   });
@@ -164,7 +209,7 @@ function lazyRequestLogger(parent: Logger, bindings: Record<string, unknown>, op
   return new LazyRequestLogger(parent, bindings, opts) as unknown as Logger;
 }
 
-type TSchemaLike = { type?: unknown; properties?: Record<string, TSchemaLike>; anyOf?: TSchemaLike[] };
+export type TSchemaLike = { type?: unknown; properties?: Record<string, TSchemaLike>; anyOf?: TSchemaLike[] };
 const DECIMAL = { integer: /^-?\d+$/, number: /^-?\d+(\.\d+)?$/ } as const;
 
 /** The numeric type a property of a query/params/headers schema accepts, if any. */

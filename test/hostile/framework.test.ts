@@ -10,7 +10,7 @@ import { PIXEL_GIF } from '../../src/backend/public/tracking.js';
 import { ManualClock } from '../../src/shared/clock.js';
 import { createHttpApp, boundPort, edgeLimits, routeDeadlinesOf } from '../../src/shared/http.js';
 import { silentLogger } from '../../src/shared/log.js';
-import { envelopeOf, rawRequest, startProduct, type Product } from './helpers.js';
+import { ADMIN_TOKEN, envelopeOf, MTA_KEY, rawRequest, startProduct, type Product } from './helpers.js';
 
 let p: Product;
 beforeAll(async () => {
@@ -27,6 +27,11 @@ describe('finding 7: framework errors in the envelope, on both servers', () => {
     ['headers over 16 KB', get('/api/v1/health', `X-Big: ${'b'.repeat(17 * 1024)}\r\n`), 431, 'headers_too_large'],
     ['a NUL in a header value', get('/api/v1/health', 'X-A: a\0b\r\n'), 400, 'malformed_request'],
     ['a request line that is not HTTP', 'BREW /pot HTCPCP/1.0\r\n\r\n', 400, 'malformed_request'],
+    // Issue #43, item 7: what Node answered itself, with an empty body.
+    ['an HTTP/1.1 request without Host', 'GET /api/v1/health HTTP/1.1\r\n\r\n', 400, 'missing_host'],
+    ['an Expect other than 100-continue', get('/api/v1/health', 'Expect: bogus\r\n'), 417, 'expectation_failed'],
+    ['a %-escape in the query that does not decode', get('/api/v1/health?x=%zz'), 400, 'bad_url'],
+    ['a query escape that is not UTF-8', get('/api/v1/health?x=%E0%A4%A'), 400, 'bad_url'],
   ];
   for (const [what, bytes, status, reason] of cases) {
     it(`${what}: ${status} ${reason}`, async () => {
@@ -38,6 +43,40 @@ describe('finding 7: framework errors in the envelope, on both servers', () => {
       }
     });
   }
+
+  it('what the framework refuses after routing (authenticated): media type, JSON, size, framing, methods, repeated parameters', async () => {
+    const post = (path: string, headers: string, body: string) => `POST ${path} HTTP/1.1\r\nHost: x\r\n${headers}\r\n${body}`;
+    const cases: [string, (path: string) => string, number, string][] = [
+      ['an XML body', (x) => post(x, 'Content-Type: application/xml\r\nContent-Length: 4\r\n', '<a/>'), 400, 'unsupported_media_type'],
+      ['malformed JSON', (x) => post(x, 'Content-Type: application/json\r\nContent-Length: 5\r\n', '{"a":'), 400, 'invalid_json'],
+      ['an empty JSON body', (x) => post(x, 'Content-Type: application/json\r\nContent-Length: 0\r\n', ''), 400, 'invalid_json'],
+      ['a body over the limit', (x) => post(x, `Content-Type: application/json\r\nContent-Length: ${30 * 1024 * 1024}\r\n`, '{'), 400, 'body_too_large'],
+      ['a Content-Length that is not a number', (x) => post(x, 'Content-Type: application/json\r\nContent-Length: abc\r\n', '{}'), 400, 'malformed_request'],
+      ['two Content-Lengths', (x) => post(x, 'Content-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 3\r\n', '{}'), 400, 'malformed_request'],
+      ['Transfer-Encoding with Content-Length', (x) => post(x, 'Content-Type: application/json\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n', '{}'), 400, 'malformed_request'],
+      ['a broken chunk', (x) => post(x, 'Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n', 'zz\r\n{}\r\n0\r\n\r\n'), 400, 'malformed_request'],
+      ['a repeated numeric query parameter', () => get('/HEALTH?limit=1&limit=2'), 400, 'validation_error'],
+    ];
+    for (const [what, make, status, reason] of cases) {
+      for (const [base, auth, path, list] of [[p.backend, ADMIN_TOKEN, '/admin/topics', '/admin/audit-log'], [p.mta, MTA_KEY, '/pool-rules', '/queue/pending']] as const) {
+        const bytes = make(path).replace('Host: x\r\n', `Host: x\r\nAuthorization: Bearer ${auth}\r\n`).replace('/HEALTH', list);
+        const r = await rawRequest(base, bytes);
+        expect(r.status, `${what} on ${base}: ${r.body.toString()}`).toBe(status);
+        expect(envelopeOf(r).error, what).toMatchObject({ category: 'invalid_input', data: { reason } });
+      }
+    }
+    // Methods no route has, OPTIONS and HEAD: the 404 envelope, or the GET's headers.
+    for (const [base, health] of [[p.backend, '/api/v1/health'], [p.mta, '/health']] as const) {
+      for (const method of ['PROPFIND', 'TRACE', 'DELETE', 'OPTIONS']) {
+        const r = await rawRequest(base, `${method} ${health} HTTP/1.1\r\nHost: x\r\n\r\n`);
+        expect(r.status, `${method} ${base}`).toBe(404);
+        expect(envelopeOf(r).error.category).toBe('not_found');
+      }
+      const head = await fetch(base + health, { method: 'HEAD' });
+      expect(head.status).toBe(200);
+      expect(head.headers.get('content-type')).toMatch(/^application\/json/);
+    }
+  });
 
   it('headers not complete within HTTP_HEADERS_TIMEOUT_MS: 408 request_timeout, and the connection is closed', async () => {
     for (const base of [p.backend, p.mta]) {
@@ -57,12 +96,15 @@ describe('finding 7: the open pixel always answers with the GIF', () => {
     expect(r.headers['content-type']).toBe('image/gif');
     expect(r.body.equals(PIXEL_GIF)).toBe(true);
   };
-  it('for a broken %-escape, a long id, a NUL in the id, headers over 16 KB and a NUL in a header', async () => {
+  it('for a broken %-escape, a long id, a NUL in the id, headers over 16 KB, a NUL in a header, no Host, a bad Expect and a bad query escape', async () => {
     pixel(await rawRequest(p.backend, get('/t/o/%E0%A4%A')));
     pixel(await rawRequest(p.backend, get(`/t/o/${'a'.repeat(200)}`)));
     pixel(await rawRequest(p.backend, get('/t/o/es_%00')));
     pixel(await rawRequest(p.backend, get('/t/o/es_1', `X-Big: ${'b'.repeat(17 * 1024)}\r\n`)));
     pixel(await rawRequest(p.backend, get('/t/o/es_1', 'User-Agent: a\0b\r\n')));
+    pixel(await rawRequest(p.backend, 'GET /t/o/es_1 HTTP/1.1\r\n\r\n'));
+    pixel(await rawRequest(p.backend, get('/t/o/es_1', 'Expect: bogus\r\n')));
+    pixel(await rawRequest(p.backend, get('/t/o/es_1?x=%zz')));
   });
 });
 

@@ -6,10 +6,11 @@
 import { simpleParser } from 'mailparser';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { MtaMailboxDeliverySchema, type MtaMailboxDelivery, type MtaMailboxDeliveryResult } from '../../shared/contracts/mta.js';
-import { toIso } from '../../shared/clock.js';
+import { timeMs, toIso } from '../../shared/clock.js';
 import { newId } from '../../shared/crypto.js';
 import { tx, type Db } from '../../shared/db/pool.js';
 import { badInput, notFound } from '../../shared/errors.js';
+import { findInputFault, textFault } from '../../shared/input.js';
 
 export interface MailboxRow {
   id: string;
@@ -39,6 +40,9 @@ export function parseDelivery(body: Buffer): { delivery: MtaMailboxDelivery; raw
   } catch {
     throw badInput('The body must be JSON', 'invalid_json');
   }
+  // The input policy of every door (src/shared/input.ts): text PostgreSQL cannot store is a 400, not the INSERT's 500.
+  const fault = findInputFault(parsed, 'body');
+  if (fault) throw badInput(fault.message, fault.reason);
   if (!deliveryCheck.Check(parsed)) {
     const e = deliveryCheck.Errors(parsed).First();
     throw badInput(`Mailbox delivery: ${e ? `${e.path} ${e.message}`.trim() : 'invalid'}`, 'invalid_payload');
@@ -55,7 +59,9 @@ async function headline(raw: Buffer): Promise<{ from: string | null; subject: st
   const head = raw.subarray(0, Math.min(ends.length ? Math.min(...ends) : raw.length, 256 * 1024));
   try {
     const p = await simpleParser(Buffer.concat([head, Buffer.from('\r\n\r\n')]), { skipHtmlToText: true, skipTextToHtml: true, skipImageLinks: true });
-    return { from: p.from?.text?.slice(0, 1000) ?? null, subject: p.subject?.slice(0, 998) ?? null };
+    // Listing fields only: one PostgreSQL cannot store (a NUL in the header) is left out, the raw message keeps it.
+    const storable = (t: string | undefined) => (t !== undefined && textFault(t) === null ? t : null);
+    return { from: storable(p.from?.text?.slice(0, 1000)), subject: storable(p.subject?.slice(0, 998)) };
   } catch {
     return { from: null, subject: null };
   }
@@ -75,7 +81,7 @@ export async function storeDelivery(db: Db, nowMs: number, d: MtaMailboxDelivery
     const ins = await c.query(
       `INSERT INTO mailbox_messages (id, mailbox_id, delivery_id, address, envelope_from, from_header, subject, authentication, raw, raw_size, received_at, created_at)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (delivery_id) DO NOTHING RETURNING id`,
-      [newId('mbm', nowMs), d.mailboxId, d.id, d.address.toLowerCase(), d.envelopeFrom, from, subject, JSON.stringify(d.authentication), raw, d.rawSize, toIso(Date.parse(d.receivedAt) || nowMs), toIso(nowMs)],
+      [newId('mbm', nowMs), d.mailboxId, d.id, d.address.toLowerCase(), d.envelopeFrom, from, subject, JSON.stringify(d.authentication), raw, d.rawSize, toIso(timeMs(d.receivedAt, nowMs)), toIso(nowMs)],
     );
     if (ins.rowCount === 0) return { stored: false, duplicate: true, usedBytes: Number(mb.rows[0].used_bytes) };
     const up = await c.query<{ used_bytes: string }>('UPDATE mailboxes SET used_bytes = used_bytes + $2 WHERE id = $1 RETURNING used_bytes', [d.mailboxId, raw.length]);

@@ -34,7 +34,7 @@ export async function deliveryLogRoutes(app: HttpApp, m: MtaContext): Promise<vo
             status: Type.Optional(MtaLogStatusSchema),
             domain: Type.Optional(Type.String({ maxLength: 253 })),
             limit: Type.Integer({ minimum: 1, maximum: MTA_LOG_PAGE_MAX, default: 100 }),
-            cursor: Type.Optional(Type.String({ pattern: '^[0-9]{1,19}$' })),
+            cursor: Type.Optional(Type.String({ format: 'bigint-id' })),
           },
           { additionalProperties: false },
         ),

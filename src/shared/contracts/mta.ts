@@ -147,6 +147,8 @@ const Id = Type.String({ minLength: 1, maxLength: 255 });
 const Address = Type.String({ minLength: 3, maxLength: 254 });
 const Iso = Type.String({ minLength: 10, maxLength: 40, description: 'ISO 8601 date-time (UTC)' });
 const Code = Nullable(Type.Integer({ minimum: 200, maximum: 599 }));
+/** A count or size: past the safe integers JavaScript loses digits and PostgreSQL's bigint overflows. */
+const Count = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
 const Open = { additionalProperties: true } as const;
 
 /** What every per-message event says about the message it concerns. */
@@ -169,7 +171,7 @@ const SentData = Type.Object(
     smtpCode: Code,
     smtpResponse: Nullable(Str(2000)),
     tls: Type.Boolean(),
-    attempt: Type.Integer({ minimum: 0 }),
+    attempt: Count,
   },
   Open,
 );
@@ -189,7 +191,7 @@ const BouncedData = Type.Object(
     mxHost: Nullable(Str(253)),
     pool: Nullable(Str(100)),
     ip: Nullable(Str(100)),
-    attempt: Type.Integer({ minimum: 0 }),
+    attempt: Count,
     /** `dsn`: an asynchronous bounce report received after the remote accepted the message (attempt 0, jobId null). */
     source: Type.Optional(Type.Union([Type.Literal('smtp'), Type.Literal('dsn')])),
   },
@@ -210,7 +212,7 @@ const DroppedData = Type.Object(
     domain: Str(253),
     status: Type.Union([Type.Literal('suppressed'), Type.Literal('screened')]),
     reason: Type.String({ minLength: 1, maxLength: 100 }),
-    attempt: Type.Integer({ minimum: 0 }),
+    attempt: Count,
   },
   Open,
 );
@@ -232,7 +234,7 @@ const ComplainedData = Type.Object(
 
 /** One attachment of an inbound message, described (its bytes stay in `raw`). */
 const InboundAttachment = Type.Object(
-  { filename: Nullable(Str(255)), contentType: Str(255), size: Type.Integer({ minimum: 0 }), contentId: Type.Optional(Nullable(Str(998))) },
+  { filename: Nullable(Str(255)), contentType: Str(255), size: Count, contentId: Type.Optional(Nullable(Str(998))) },
   Open,
 );
 
@@ -269,7 +271,7 @@ const InboundReceivedData = Type.Object(
     attachments: Type.Optional(Type.Array(InboundAttachment, { maxItems: 1000 })),
     authentication: Type.Optional(InboundAuthentication),
     /** Size of the message as received, in bytes. */
-    rawSize: Type.Optional(Type.Integer({ minimum: 0 })),
+    rawSize: Type.Optional(Count),
     /** The message as received, base64: the backend keeps the bytes (`GET /admin/inbox/:id/raw`). */
     raw: Type.Optional(Type.String()),
   },
@@ -285,8 +287,8 @@ const OrgCircuitBreakerData = Type.Object(
     signal: Nullable(Str(50)),
     rate: Nullable(Type.Number()),
     threshold: Nullable(Type.Number()),
-    sample: Nullable(Type.Integer()),
-    cooldownMs: Type.Integer({ minimum: 0 }),
+    sample: Nullable(Count),
+    cooldownMs: Count,
     openedAt: Iso,
   },
   Open,
@@ -308,7 +310,7 @@ const IpListingData = Type.Object(
   Open,
 );
 
-const IpWarmingCompleteData = Type.Object({ ip: Str(100), pools: Type.Array(Str(100)), startedAt: Iso, graduatedAt: Iso, day: Type.Integer({ minimum: 0 }) }, Open);
+const IpWarmingCompleteData = Type.Object({ ip: Str(100), pools: Type.Array(Str(100)), startedAt: Iso, graduatedAt: Iso, day: Count }, Open);
 
 const AllIpsBlockedData = Type.Object(
   {
@@ -372,7 +374,7 @@ export const MtaMailboxDeliverySchema = Type.Object(
     envelopeFrom: Type.String({ maxLength: 998 }),
     receivedAt: Iso,
     authentication: InboundAuthentication,
-    rawSize: Type.Integer({ minimum: 0 }),
+    rawSize: Count,
     /** The message as received plus the MTA's Authentication-Results header, base64. */
     raw: Type.String({ minLength: 1 }),
   },
@@ -381,7 +383,7 @@ export const MtaMailboxDeliverySchema = Type.Object(
 export type MtaMailboxDelivery = Static<typeof MtaMailboxDeliverySchema>;
 /** The backend's answer: `usedBytes` after storing, which the MTA keeps beside the entry's quota. */
 export const MtaMailboxDeliveryResultSchema = Type.Object({
-  data: Type.Object({ stored: Type.Boolean(), duplicate: Type.Boolean(), usedBytes: Type.Integer({ minimum: 0 }) }),
+  data: Type.Object({ stored: Type.Boolean(), duplicate: Type.Boolean(), usedBytes: Count }),
 });
 export type MtaMailboxDeliveryResult = Static<typeof MtaMailboxDeliveryResultSchema>;
 

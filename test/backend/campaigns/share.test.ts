@@ -119,3 +119,44 @@ describe('templates and share links', () => {
     expect(page.text).not.toContain('Welcome aboard'); // data comes from the JSON endpoint, not the HTML
   });
 });
+
+describe('GET /share/:token rate limit at its defaults (burst 20, 60 a minute, per IP + token)', () => {
+  const clock = new ManualClock();
+  let b: Backend;
+  let templateId: string;
+
+  beforeAll(async () => {
+    b = await startBackend({ clock });
+    const t = await call(b.url, 'POST', '/admin/templates', { admin: true, json: { name: 'Limits', subject: 'Limited', html: '<p>x</p>' } });
+    templateId = t.body.data.id;
+  });
+  afterAll(() => b?.close());
+
+  const link = async () => (await call(b.url, 'POST', `/admin/templates/${templateId}/share-links`, { admin: true })).body.data.token as string;
+
+  it('20 at once, the 21st is a 429 with Retry-After 1; one more a second, never more than 20 saved up; tokens apart', async () => {
+    const token = await link();
+    for (let i = 0; i < 20; i++) expect((await call(b.url, 'GET', `/share/${token}`)).status, `request ${i + 1}`).toBe(200);
+    const limited = await call(b.url, 'GET', `/share/${token}`);
+    expect(limited.status).toBe(429);
+    expect(limited.body).toEqual({ error: { message: 'Too many requests. Try again in 1 second.', category: 'rate_limited', data: { reason: 'rate_limited' } } });
+    expect(limited.headers.get('retry-after')).toBe('1');
+    expect(limited.headers.get('cache-control')).toBe('no-store');
+
+    // 60 a minute is one a second: 999 ms is not enough, 1 s is, for exactly one.
+    clock.advance(999);
+    expect((await call(b.url, 'GET', `/share/${token}`)).status).toBe(429);
+    clock.advance(1);
+    expect((await call(b.url, 'GET', `/share/${token}`)).status).toBe(200);
+    expect((await call(b.url, 'GET', `/share/${token}`)).status).toBe(429);
+
+    // Another link from the same address has a bucket of its own (the per-IP rule, 60, is not yet spent).
+    const other = await link();
+    expect((await call(b.url, 'GET', `/share/${other}`)).status).toBe(200);
+
+    // A quiet hour refills the bucket to its burst, not to 60 a minute's worth.
+    clock.advance(3600_000);
+    for (let i = 0; i < 20; i++) expect((await call(b.url, 'GET', `/share/${token}`)).status, `after the hour, request ${i + 1}`).toBe(200);
+    expect((await call(b.url, 'GET', `/share/${token}`)).status).toBe(429);
+  });
+});

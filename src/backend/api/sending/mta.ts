@@ -5,9 +5,13 @@
 import type { Clock } from '../../../shared/clock.js';
 import type { EmailProvider, OutboundMessage, ProviderResult } from './types.js';
 import { PeerClient } from '../../../shared/net/peer.js';
-import type { MtaBuiltJob as MtaJob, MtaJobAccepted } from '../../../shared/contracts/mta.js';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { MtaBuiltJobSchema, type MtaBuiltJob as MtaJob, type MtaJobAccepted } from '../../../shared/contracts/mta.js';
+import { badInput } from '../../../shared/errors.js';
 import { callProviderApi, type Post } from './http-call.js';
 import { stableMessageId } from '../../../shared/mail/message-id.js';
+
+const jobCheck = TypeCompiler.Compile(MtaBuiltJobSchema);
 
 /** Keep-alive sockets to the MTA, shared by every provider instance of this process. */
 const peer = new PeerClient();
@@ -21,8 +25,16 @@ export class MtaProvider implements EmailProvider {
 
   constructor(private readonly o: { url: string; apiKey: string; organizationId: string; timeoutMs: number; clock: Clock }) {}
 
-  async send(m: OutboundMessage): Promise<ProviderResult> {
-    const job: MtaJob = {
+  /** The job against the contract /send validates (formatting can lengthen a field: quotes, A-labels). */
+  check(m: OutboundMessage): void {
+    const job = this.jobOf(m);
+    if (jobCheck.Check(job)) return;
+    const e = jobCheck.Errors(job).First();
+    throw badInput(`The message cannot be handed to the MTA: ${e ? `${e.path.slice(1)} ${e.message}` : 'invalid'}`, 'validation_error');
+  }
+
+  private jobOf(m: OutboundMessage): MtaJob {
+    return {
       messageId: m.id,
       to: m.to,
       from: m.from,
@@ -37,7 +49,10 @@ export class MtaProvider implements EmailProvider {
       dkimDomain: m.dkimDomain,
       ...(m.campaignId ? { campaignId: m.campaignId } : {}),
     };
-    const body = JSON.stringify(job);
+  }
+
+  async send(m: OutboundMessage): Promise<ProviderResult> {
+    const body = JSON.stringify(this.jobOf(m));
     // 429 (back-pressure) and 5xx are transient and tried again; 4xx means the MTA refused this message.
     const answer = await callProviderApi({
       provider: `The MTA at ${this.o.url}`,

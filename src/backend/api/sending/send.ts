@@ -69,6 +69,21 @@ export class SendService {
     const provider = await this.provider(req.type, req.fromAddress);
     const now = this.d.clock.now();
     let id = newId('es', now);
+    const messageFor = (sendId: string): OutboundMessage => ({
+      id: sendId,
+      to: req.to,
+      from: req.from,
+      subject: req.subject,
+      html: req.html,
+      text: req.text,
+      replyTo: req.replyTo,
+      headers: req.headers,
+      ipPool: req.type === 'campaign' ? 'campaign' : 'transactional',
+      dkimDomain: domainOf(req.fromAddress),
+      campaignId: req.campaignId ?? null,
+    });
+    // A message the provider could never take is a 400 before the row exists (no failed send left behind).
+    provider.check?.(messageFor(id));
 
     const inserted = await this.d.db.query<SendRow>(
       `INSERT INTO email_sends (id, type, contact_id, campaign_id, to_email, from_email, subject, provider, status,
@@ -103,21 +118,8 @@ export class SendService {
       id = row.id;
     }
 
-    const message: OutboundMessage = {
-      id,
-      to: req.to,
-      from: req.from,
-      subject: req.subject,
-      html: req.html,
-      text: req.text,
-      replyTo: req.replyTo,
-      headers: req.headers,
-      ipPool: req.type === 'campaign' ? 'campaign' : 'transactional',
-      dkimDomain: domainOf(req.fromAddress),
-      campaignId: req.campaignId ?? null,
-    };
     try {
-      const result = await provider.send(message);
+      const result = await provider.send(messageFor(id));
       const at = this.d.clock.now();
       await recordHandOffs(this.d.db, this.d.events, [{ id, providerMessageId: result.providerMessageId, messageId: result.messageId }], at);
       return { id, status: 'accepted', replayed: false };

@@ -45,5 +45,10 @@ export class ProviderError extends Error {
 
 export interface EmailProvider {
   readonly name: string;
+  /**
+   * Throws the 400 for a message this provider could never take (its own limits, past what
+   * the request's schema checked); called before anything is written, so a refusal records nothing.
+   */
+  check?(message: OutboundMessage): void;
   send(message: OutboundMessage): Promise<ProviderResult>;
 }

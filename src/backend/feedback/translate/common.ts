@@ -45,17 +45,6 @@ export function requireEmail(v: unknown, field: string): string {
   return e;
 }
 
-/** ISO string, Unix seconds or Unix milliseconds → ms; `fallback` when absent or unreadable. */
-export function timeMs(v: unknown, fallback: number): number {
-  if (typeof v === 'number' && Number.isFinite(v)) return v < 1e11 ? v * 1000 : v;
-  if (typeof v === 'string' && v.trim() !== '') {
-    if (/^\d+$/.test(v)) return timeMs(Number(v), fallback);
-    const t = Date.parse(v);
-    if (Number.isFinite(t)) return t;
-  }
-  return fallback;
-}
-
 /** Sisimai reason read from a provider's prose by the one classifier; `undefined` when nothing matches. */
 export function reasonFromText(text: string | null | undefined): string {
   return text ? classify({ text }).reason : 'undefined';

@@ -6,7 +6,8 @@
  */
 import { MANDRILL_BOUNCE_DESCRIPTIONS } from '../policy.js';
 import { FeedbackFormatError, type LifecycleEvent, type LifecycleStatus, type Translation } from '../lifecycle.js';
-import { asObject, classifyBounce, normEmail, optString, parseJson, reasonFromText, timeMs, type Json } from './common.js';
+import { asObject, classifyBounce, normEmail, optString, parseJson, reasonFromText, type Json } from './common.js';
+import { timeMs } from '../../../shared/clock.js';
 
 /** Mandrill sends at most 1000 events per batch. */
 export const MANDRILL_MAX_EVENTS = 1000;

@@ -28,7 +28,8 @@ import {
   type MtaEventEnvelope,
   type MtaEventName,
 } from '../../../shared/contracts/mta.js';
-import { classifyBounce, normEmail, parseJson, requireEmail, timeMs, type Json } from './common.js';
+import { classifyBounce, normEmail, parseJson, requireEmail, type Json } from './common.js';
+import { timeMs } from '../../../shared/clock.js';
 import { MTA_SUPPRESSION_REASONS } from '../policy.js';
 
 const SEVERITY: Record<MtaOperationalEventName, OperationalEvent['severity']> = {

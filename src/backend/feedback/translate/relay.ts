@@ -6,7 +6,8 @@
  * loaded and clicked are ignored: first-party tracking is authoritative.
  */
 import { FeedbackFormatError, type LifecycleEvent, type LifecycleStatus, type Translation } from '../lifecycle.js';
-import { asObject, classifyBounce, mapSuppressionReason, optString, parseJson, reasonFromText, requireEmail, timeMs } from './common.js';
+import { asObject, classifyBounce, mapSuppressionReason, optString, parseJson, reasonFromText, requireEmail } from './common.js';
+import { timeMs } from '../../../shared/clock.js';
 
 export const RELAY_MAX_EVENTS = 100;
 const ACTED: ReadonlySet<string> = new Set(['accepted', 'attempted', 'sent', 'delivered', 'bounced', 'complained', 'failed', 'rejected', 'suppressed']);

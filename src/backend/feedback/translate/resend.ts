@@ -5,7 +5,8 @@
  */
 import type { LifecycleEvent, Translation } from '../lifecycle.js';
 import { FeedbackFormatError } from '../lifecycle.js';
-import { asObject, classifyBounce, normEmail, optString, parseJson, reasonFromText, timeMs } from './common.js';
+import { asObject, classifyBounce, normEmail, optString, parseJson, reasonFromText } from './common.js';
+import { timeMs } from '../../../shared/clock.js';
 
 export const RESEND_IGNORED = new Set(['email.sent', 'email.delivered', 'email.delivery_delayed', 'email.opened', 'email.clicked']);
 

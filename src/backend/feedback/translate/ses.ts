@@ -7,7 +7,8 @@
 import { SES_BOUNCE_SUBTYPES } from '../policy.js';
 import type { LifecycleEvent, Translation } from '../lifecycle.js';
 import { FeedbackFormatError } from '../lifecycle.js';
-import { asObject, classifyBounce, normEmail, optString, parseJson, reasonFromText, timeMs, type Json } from './common.js';
+import { asObject, classifyBounce, normEmail, optString, parseJson, reasonFromText, type Json } from './common.js';
+import { timeMs } from '../../../shared/clock.js';
 
 function recipients(list: unknown, key: string | null): string[] {
   if (!Array.isArray(list)) return [];
