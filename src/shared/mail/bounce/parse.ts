@@ -191,9 +191,31 @@ function dsn(report: string, body: string): ReportRecipient[] {
   });
 }
 
+/** A complaint names no type (a broken generator, Microsoft's legacy JMRP): RFC 5965's usual one. */
+const DEFAULT_FEEDBACK_TYPE = 'abuse';
+
+function complaintRow(recipient: string | null): ReportRecipient {
+  return { recipient, status: null, replyCode: null, action: null, remoteMta: null, diagnostic: null, reason: 'feedback', hardBounce: false };
+}
+
+/**
+ * Who complained, as the report shows it: every Original-Rcpt-To (RFC 5965 lets it repeat), else
+ * Removal-Recipient, else Microsoft JMRP's X-HmXmrOriginalRecipient in the original (whose To:
+ * JMRP masks), else the original's To:. One row each; one row with recipient null when none.
+ */
+function complainers(report: string | null, orig: Fields): (string | null)[] {
+  const named = new Set<string>();
+  if (report) for (const m of report.matchAll(/^(?:original-rcpt-to|removal-recipient):[ \t]*(.*)$/gim)) {
+    const a = address(m[1]);
+    if (a) named.add(a);
+  }
+  if (named.size) return [...named];
+  return [address(orig.get('x-hmxmroriginalrecipient')) ?? address(orig.get('to'))];
+}
+
 function arf(report: string, out: ParsedReport, orig: Fields): ReportRecipient[] {
   const f = fieldGroups(report)[0] ?? new Map<string, string>();
-  out.feedbackType = f.get('feedback-type')?.trim().toLowerCase() || null;
+  out.feedbackType = f.get('feedback-type')?.trim().toLowerCase() || DEFAULT_FEEDBACK_TYPE;
   out.feedback = {
     userAgent: f.get('user-agent') ?? null,
     originalMailFrom: envelopeAddress(f.get('original-mail-from')),
@@ -202,8 +224,19 @@ function arf(report: string, out: ParsedReport, orig: Fields): ReportRecipient[]
     reportedDomain: f.get('reported-domain')?.trim().toLowerCase() || null,
   };
   out.originalMailFrom = out.feedback.originalMailFrom ?? envelopeAddress(orig.get('return-path'));
-  const recipient = out.feedback.originalRcptTo ?? address(orig.get('to'));
-  return [{ recipient, status: null, replyCode: null, action: null, remoteMta: null, diagnostic: null, reason: 'feedback', hardBounce: false }];
+  return complainers(report, orig).map(complaintRow);
+}
+
+/**
+ * A complaint without a feedback-report part: Microsoft's legacy JMRP (the marked message
+ * attached, its recipient in X-HmXmrOriginalRecipient) and the complaint mails of Hotmail and
+ * Amazon SES ("complaint about message from <IP>").
+ */
+function legacyComplaint(m: ParsedMail, orig: Fields): boolean {
+  const from = m.from?.value[0]?.address?.toLowerCase() ?? '';
+  if (DAEMON.test(from)) return false; // a bounce that returns such a message
+  if (orig.has('x-hmxmroriginalrecipient')) return true;
+  return /^(staff@hotmail\.com|complaints@email-abuse\.amazonses\.com)$/.test(from) && /complaint about message from/i.test(m.subject ?? '');
 }
 
 const AUTO_SUBJECT = /^\s*(auto:|auto response:|automatic reply:|autoreply:|out of (the )?office|abwesenheitsnotiz|r[ée]ponse automatique|respuesta autom[áa]tica|risposta automatica)/i;
@@ -249,18 +282,29 @@ function plain(m: ParsedMail, body: string, exclude: ReadonlySet<string>): Repor
   const codeIdx = lines.findIndex((l) => CODE_LINE.test(l));
   const globalDiag = codeIdx >= 0 ? paragraph(lines, codeIdx) : null;
   const command = commandIn(text);
+  // A delay warning (Exim's "Warning: message … delayed", Sendmail's "could not send message for
+  // past", "THIS IS A WARNING ONLY"): the recipients are still being retried, not failed.
+  const action = DELAY_WARNING.test(m.subject ?? '') || DELAY_NOTICE.test(text) ? 'delayed' : 'failed';
+  const texts = [...sections.values()].map(sectionText);
   // Exchange / Microsoft 365 NDRs name the server that refused in "Generating server:", not in the reply.
   const generating = /^\s*generating server:\s*([a-z0-9-]+(?:\.[a-z0-9-]+)+)\s*$/im.exec(text)?.[1]?.toLowerCase() ?? null;
   const out: ReportRecipient[] = [];
-  for (const [recipient, sec] of sections) {
-    let own = sectionText(sec);
-    if (!own || !CODE_LINE.test(own)) own = own && globalDiag && !own.includes(globalDiag) ? `${own} ${globalDiag}` : (globalDiag ?? own);
+  let i = 0;
+  for (const [recipient] of sections) {
+    let own = texts[i++] ?? null;
+    // The bounce's first reply line stands in for a recipient without one, unless it is another
+    // recipient's own (qmail lists each address with its own reason).
+    const borrow = globalDiag && !texts.some((t, j) => j !== i - 1 && t?.includes(globalDiag)) ? globalDiag : null;
+    if (!own || !CODE_LINE.test(own)) own = own && borrow && !own.includes(borrow) ? `${own} ${borrow}` : (borrow ?? own);
     const diagnostic = clip(own);
-    out.push(verdictFor(recipient, diagnostic, command, generating));
+    out.push(verdictFor(recipient, diagnostic, command, generating, action));
   }
-  if (!out.length && globalDiag) out.push(verdictFor(null, clip(globalDiag), command, generating));
+  if (!out.length && globalDiag) out.push(verdictFor(null, clip(globalDiag), command, generating, action));
   return out;
 }
+
+const DELAY_WARNING = /^\s*warning: message \S+ delayed|^\s*warning: could not send message for past|^\s*delayed mail \(still being retried\)|^\s*delivery status notification \(delay\)/i;
+const DELAY_NOTICE = /this is a warning only|has not yet been delivered to one or more of its\s+recipients|will be retried until it is|delivery attempts will continue to be made/i;
 
 // An address alone on its line (the token is checked by the address module): "  a@b.example",
 // "<a@b.example>:", "a@b.example...", "To: a@b.example"; or one leading its reason:
@@ -307,12 +351,12 @@ function paragraph(lines: string[], i: number): string {
   return keep.join(' ');
 }
 
-function verdictFor(recipient: string | null, diagnostic: string | null, command: string | null, reportingHost: string | null = null): ReportRecipient {
+function verdictFor(recipient: string | null, diagnostic: string | null, command: string | null, reportingHost: string | null = null, action = 'failed'): ReportRecipient {
   const status = diagnostic ? statusInText(diagnostic) : null;
   const replyCode = diagnostic ? replyInText(diagnostic) : null;
   const remoteMta = /(?:host|server|by)\s+([a-z0-9-]+(?:\.[a-z0-9-]+)+)\.?\s*\[/i.exec(diagnostic ?? '')?.[1]?.toLowerCase() ?? reportingHost;
-  const verdict = classify({ status, replyCode, text: diagnostic, command: (diagnostic && commandIn(diagnostic)) ?? command, remoteHost: remoteMta });
-  return { recipient, status, replyCode, action: 'failed', remoteMta, diagnostic, ...verdict };
+  const verdict = classify({ status, replyCode, text: diagnostic, action, command: (diagnostic && commandIn(diagnostic)) ?? command, remoteHost: remoteMta });
+  return { recipient, status, replyCode, action, remoteMta, diagnostic, ...verdict };
 }
 
 /**
@@ -442,6 +486,13 @@ async function parseUnsafe(input: Buffer | string, thorough: boolean): Promise<P
   const orig = returnedHeaders(partText, raw, block);
   const status = partText(['message/delivery-status', 'message/global-delivery-status']);
   const from = m.from?.value[0]?.address?.toLowerCase() ?? '';
+  if (legacyComplaint(m, orig)) {
+    const out = emptyReport('arf');
+    fillOriginal(out, orig);
+    out.feedbackType = DEFAULT_FEEDBACK_TYPE;
+    out.recipients = complainers(null, orig).map(complaintRow);
+    return out;
+  }
   if (isAutoReply(m)) {
     const out = emptyReport('autoreply');
     fillOriginal(out, orig);
