@@ -211,8 +211,8 @@ function oneAddress(v: string): string | null {
 }
 
 /**
- * The light pass for a plain single-part text message (qmail, Exim, Yahoo, Zoho, auto-replies):
- * header fields and the body decoded here. Null for anything mailparser must read: another
+ * The light pass for a plain single-part text message (qmail, Exim, Yahoo, Zoho, auto-replies),
+ * or a multipart one lightReport has split: header fields and the body decoded here. Null for anything mailparser must read: another
  * type, format=flowed, 8-bit or IDN headers, a charset TextDecoder does not know,
  * an address the pattern above does not take.
  */
@@ -231,13 +231,13 @@ function decodeWords(v: string): string | null {
   }
 }
 
-function lightPlain(head: string): Mail | null {
+function lightPlain(head: string, multipart: { text: string; partText: PartText } | null): Mail | null {
   const end = head.indexOf('\n\n');
   if (end < 0) return null;
   const block = head.slice(0, end + 1);
   if (/[\u0080-\uffff]|xn--/i.test(block)) return null;
   const ct = headerValue(block, 'content-type');
-  if (ct && ct.value !== 'text/plain') return null;
+  if (ct && ct.value !== 'text/plain' && !multipart) return null;
   if (ct?.params.get('format')?.toLowerCase() === 'flowed') return null;
   const encoding = headerValue(block, 'content-transfer-encoding')?.value;
   if (encoding && !['7bit', '8bit', 'binary', 'quoted-printable', 'base64'].includes(encoding)) return null;
@@ -259,13 +259,8 @@ function lightPlain(head: string): Mail | null {
     if (list.some((a) => a === null)) return null;
     to = list.map((a) => a!.toLowerCase());
   }
-  const charset = (ct?.params.get('charset') ?? 'utf-8').toLowerCase();
-  let text: string;
-  try {
-    text = new TextDecoder(/^(us-)?ascii$/.test(charset) ? 'utf-8' : charset).decode(transferDecode(head.slice(end + 2), encoding));
-  } catch {
-    return null;
-  }
+  const text = multipart ? multipart.text : plainText(block, ct, head.slice(end + 2));
+  if (text === null) return null;
   return {
     from,
     to,
@@ -273,7 +268,7 @@ function lightPlain(head: string): Mail | null {
     header: (k) => fields.get(k) ?? '',
     has: (k) => fields.has(k),
     text: toLf(text),
-    part: () => null,
+    part: multipart?.partText ?? (() => null),
   };
 }
 
@@ -538,7 +533,8 @@ function transferDecode(body: string, encoding: string | undefined): Buffer {
 }
 
 /**
- * The light MIME pass for the common case, a multipart/report: its parts are split at the
+ * The light MIME pass for the common case, a multipart/report (or multipart/mixed, legacy
+ * complaints): its parts are split at the
  * boundary and only the report parts and the notification text are decoded (a notice in
  * multipart/alternative, Exchange Online's, by its text part). Null for anything else (other
  * nested multiparts, HTML alone, format=flowed, RFC 2231 boundaries, a charset TextDecoder does
@@ -548,7 +544,7 @@ function lightReport(head: string): { text: string; partText: PartText } | null 
   const end = head.indexOf('\n\n');
   if (end < 0) return null;
   const ct = headerValue(head.slice(0, end + 1), 'content-type');
-  const boundary = ct?.value === 'multipart/report' ? ct.params.get('boundary') : undefined;
+  const boundary = ct?.value === 'multipart/report' || ct?.value === 'multipart/mixed' ? ct.params.get('boundary') : undefined;
   if (!boundary) return null;
   const texts: string[] = [];
   const parts = new Map<string, string>();
@@ -623,12 +619,14 @@ async function parseUnsafe(input: Buffer | string, thorough: boolean): Promise<P
   // msg/s for 12 KB of text under load vs 760 for a tiny message).
   const block = returnedBlock(raw);
   const head = block && block.end < raw.length ? `${raw.slice(0, block.end)}\n\n` : raw;
+  let m: Mail | null = null;
   if (!thorough) {
     const light = lightReport(head);
     const out = light && fromReportParts(light.text, light.partText, raw, block);
     if (out) return out;
+    m = lightPlain(head, light);
   }
-  const m = (!thorough && lightPlain(head)) || (await viaMailparser(head));
+  m ??= await viaMailparser(head);
   const body = m.text;
   const partText = m.part;
   const report = fromReportParts(body, partText, raw, block);
