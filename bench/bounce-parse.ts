@@ -5,7 +5,7 @@
  * Sisimai publishes 305/s in Ruby. Also printed apart: the structured reports (multipart/report,
  * the light MIME pass) and the rest (plain-text bounces and auto-replies, read by mailparser).
  *
- * Then the operator's path: `lettermill bounce parse` (dist/cli.js, so `npm run build` first)
+ * Then the operator's path: `lettermill bounce parse` (dist/cli.js: the npm script builds first)
  * over ~5,000 of these files written to a temporary directory, two invocations at once, each
  * given half of the files (as `xargs -P2` would), and again in batches of 100 files per
  * invocation (where start-up counts); wall messages per second against the in-process rate of

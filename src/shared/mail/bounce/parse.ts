@@ -287,7 +287,7 @@ function dsn(report: string, body: string): ReportRecipient[] {
     const diagnosticField = g.get('diagnostic-code') ?? null;
     const recipient = address(g.get('final-recipient')) ?? address(g.get('original-recipient'));
     // No Diagnostic-Code (Exim's timeouts): the human-readable part's words for this recipient.
-    const diagnostic = clip(strip(diagnosticField)) ?? clip(recipient ? sectionText(prose.get(recipient) ?? []) : null);
+    const diagnostic = clip(strip(diagnosticField)) ?? clip(recipient ? recipientText(prose.get(recipient) ?? []) : null);
     const action = g.get('action')?.trim().toLowerCase().split(/\s/)[0] || null;
     const replyCode = diagnostic ? replyInText(diagnostic) : null;
     const status = preferStatus(g.get('status')?.trim().split(/\s/)[0] ?? null, diagnostic ? statusInText(diagnostic) : null, replyCode);
@@ -399,7 +399,7 @@ function plain(m: Mail, body: string, exclude: ReadonlySet<string>): ReportRecip
   // A delay warning (Exim's "Warning: message … delayed", Sendmail's "could not send message for
   // past", "THIS IS A WARNING ONLY"): the recipients are still being retried, not failed.
   const action = DELAY_WARNING.test(m.subject) || DELAY_NOTICE.test(text) ? 'delayed' : 'failed';
-  const texts = [...sections.values()].map(sectionText);
+  const texts = [...sections.values()].map(recipientText);
   // Exchange / Microsoft 365 NDRs name the server that refused in "Generating server:", not in the reply.
   const generating = /^\s*generating server:\s*([a-z0-9-]+(?:\.[a-z0-9-]+)+)\s*$/im.exec(text)?.[1]?.toLowerCase() ?? null;
   const out: ReportRecipient[] = [];
@@ -427,22 +427,32 @@ const DELAY_NOTICE = /this is a warning only|has not yet been delivered to one o
 const STANDALONE = /^\s*(?:[-*•]\s*)?(?:to:\s*|recipient:\s*|original-recipient:\s*(?:rfc822;)?\s*|final-recipient:\s*(?:rfc822;)?\s*)?<?("?[^\s<>"]+?"?)>?\s*(?::|\.\.\.|,)?\s*(?:\(.*\))?$/i;
 const LEADING = /^\s*<?([^\s<>]+?)>?(?:[:,]|\.\.\.)\s+(.*)$/;
 
-/** Recipient → the lines after it, for every address standing alone on a line (or leading one). */
-function sectionsOf(lines: string[], exclude: ReadonlySet<string>): Map<string, string[]> {
-  const sections = new Map<string, string[]>();
+/**
+ * Recipient → the lines after each place it stands, for every address standing alone on a line
+ * (or leading one). An NDR names each recipient twice (Exchange: the words for people, then the
+ * diagnostic for administrators); each place is a segment of its own.
+ */
+function sectionsOf(lines: string[], exclude: ReadonlySet<string>): Map<string, string[][]> {
+  const sections = new Map<string, string[][]>();
   let cur: string[] | null = null;
   for (const line of lines) {
     const s = line.includes('@') ? (STANDALONE.exec(line) ?? LEADING.exec(line)) : null;
     const a = s?.[1]?.includes('@') ? address(s[1]) : null;
     if (a && !exclude.has(a)) {
-      cur = sections.get(a) ?? [];
-      sections.set(a, cur);
+      cur = [];
+      sections.set(a, [...(sections.get(a) ?? []), cur]);
       if (s && s[2]) cur.push(s[2]);
       continue;
     }
     cur?.push(line);
   }
   return sections;
+}
+
+/** A recipient's words: the first of its segments that holds a reply code, else its first with any text. */
+function recipientText(segments: string[][]): string | null {
+  const texts = segments.map(sectionText);
+  return texts.find((t) => t && CODE_LINE.test(t)) ?? texts.find((t) => t) ?? null;
 }
 
 /** The lines of a section that carry the reason: up to the second paragraph break. */
