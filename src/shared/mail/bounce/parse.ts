@@ -201,21 +201,15 @@ async function viaMailparser(head: string): Promise<Mail> {
   return fromMailparser(await simpleParser(Buffer.from(head, 'latin1'), { keepDeliveryStatus: true, skipHtmlToText: true, skipTextToHtml: true, skipImageLinks: true, skipTextLinks: true }));
 }
 
-// "Name <a@b>", "<a@b>", "a@b (Comment)", "a@b": what the light pass reads; anything else
-// (groups, quoted commas, several addresses in From) goes to mailparser.
-const ONE_ADDRESS = /^\s*(?:(?:"[^"<>]*"|[^"<>,;@()]*)\s*<([^<>\s@]+@[^<>\s@]+)>|([^\s<>(),;"@]+@[^\s<>(),;"@]+)\s*(?:\([^()@]*\))?)\s*$/;
-
+/**
+ * The address of a header field holding one mailbox ("Name <a@b>", "a@b", "a@b (Comment)", as
+ * the address module's grammar reads it); null for anything else (groups, several addresses,
+ * a mailbox without a domain), which goes to mailparser.
+ */
 function oneAddress(v: string): string | null {
-  const m = ONE_ADDRESS.exec(v);
-  return m ? (m[1] ?? m[2] ?? null) : null;
+  return parseMailbox(v.replace(/\s*\([^()]*\)\s*$/, ''))?.address ?? null;
 }
 
-/**
- * The light pass for a plain single-part text message (qmail, Exim, Yahoo, Zoho, auto-replies),
- * or a multipart one lightReport has split: header fields and the body decoded here. Null for anything mailparser must read: another
- * type, format=flowed, 8-bit or IDN headers, a charset TextDecoder does not know,
- * an address the pattern above does not take.
- */
 const ENCODED_WORD = /=\?([^?\s]+)\?([bq])\?([^?\s]*)\?=/gi;
 
 /** RFC 2047 encoded words decoded (the whitespace between two of them dropped); null for a charset TextDecoder does not know. */
