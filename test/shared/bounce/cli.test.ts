@@ -3,7 +3,7 @@
  * process, reading the rules file shipped in dist/.
  */
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
@@ -56,6 +56,18 @@ describe('lettermill bounce parse', () => {
     expect(r.err).toContain('ENOENT');
     expect(r.err).toContain('EISDIR');
     expect(lines(r.out)).toEqual([expect.objectContaining({ file: good, recipient: 'nobody@qmail.example', reason: 'userunknown', hardBounce: true })]);
+  });
+
+  it('many files (read ahead, output in blocks): one line per file and recipient in argument order, a missing one reported', async () => {
+    const corpus = readdirSync(join(FIX, 'corpus')).filter((f) => f.endsWith('.eml')).sort().map((f) => join(FIX, 'corpus', f));
+    const missing = join(FIX, 'corpus/no-such.eml');
+    const args = [...corpus.slice(0, 20), missing, ...corpus.slice(20), ...corpus];
+    const r = await run(args);
+    expect(r.code).toBe(1);
+    expect(r.err.trim().split('\n')).toEqual([expect.stringContaining(`${missing}: ENOENT`)]);
+    const files = lines(r.out).map((l) => l.file);
+    // Each file's lines together, files in the order given (a file with two recipients gives two lines).
+    expect(files.filter((f, i) => f !== files[i - 1])).toEqual(args.filter((f) => f !== missing));
   });
 
   it('garbage is one line with reason undefined, exit 0', async () => {
