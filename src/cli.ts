@@ -1,10 +1,10 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
 import { ConfigError, describeConfig, loadConfig, ROLES, type Role } from './shared/config.js';
-import { runDoctor } from './runtime/doctor.js';
 import type { Running } from './runtime/boot.js';
 
-// The server's modules load only for the commands that run it (doctor starts in a fraction of the time).
+// Each command loads only its own modules: the server's only for serve and migrate, the bounce
+// parser's only for `bounce parse` (whose wall throughput start-up bounds when run in batches).
 const boot = () => import('./runtime/boot.js');
 
 const USAGE = `Usage: lettermill <command> [options]
@@ -75,6 +75,7 @@ async function main(argv: string[]): Promise<void> {
       // Only the variables doctor reads: the rest of the environment is the server's business.
       const env = process.env;
       const cfg = loadConfig({ MTA_URL: env.MTA_URL, MTA_API_KEY: env.MTA_API_KEY, MTA_PORT: env.MTA_PORT });
+      const { runDoctor } = await import('./runtime/doctor.js');
       const code = await runDoctor({
         mtaUrl: cfg.MTA_URL ?? `http://127.0.0.1:${cfg.MTA_PORT}`,
         apiKey: cfg.MTA_API_KEY,

@@ -3,7 +3,7 @@
  * process, reading the rules file shipped in dist/.
  */
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
@@ -58,6 +58,18 @@ describe('lettermill bounce parse', () => {
     expect(lines(r.out)).toEqual([expect.objectContaining({ file: good, recipient: 'nobody@qmail.example', reason: 'userunknown', hardBounce: true })]);
   });
 
+  it('many files (read ahead, output in blocks): one line per file and recipient in argument order, a missing one reported', async () => {
+    const corpus = readdirSync(join(FIX, 'corpus')).filter((f) => f.endsWith('.eml')).sort().map((f) => join(FIX, 'corpus', f));
+    const missing = join(FIX, 'corpus/no-such.eml');
+    const args = [...corpus.slice(0, 20), missing, ...corpus.slice(20), ...corpus];
+    const r = await run(args);
+    expect(r.code).toBe(1);
+    expect(r.err.trim().split('\n')).toEqual([expect.stringContaining(`${missing}: ENOENT`)]);
+    const files = lines(r.out).map((l) => l.file);
+    // Each file's lines together, files in the order given (a file with two recipients gives two lines).
+    expect(files.filter((f, i) => f !== files[i - 1])).toEqual(args.filter((f) => f !== missing));
+  });
+
   it('garbage is one line with reason undefined, exit 0', async () => {
     const r = await run([join(FIX, 'vendor/garbage.eml')]);
     expect(r.code).toBe(0);
@@ -68,5 +80,29 @@ describe('lettermill bounce parse', () => {
     const r = await run([]);
     expect(r.code).toBe(2);
     expect(r.err).toContain('lettermill bounce parse FILE');
+  });
+});
+
+describe('lettermill bounce parse start-up', () => {
+  it('reports and plain-text bounces are read without loading mailparser (most of the start-up)', async () => {
+    // Every fixture but the one that needs it (garbage: no header block the light passes take).
+    const script = `
+      import { createRequire } from 'node:module';
+      import { readFileSync, readdirSync, statSync } from 'node:fs';
+      import { join } from 'node:path';
+      const { parseReport } = await import(${JSON.stringify(join(ROOT, 'dist/shared/mail/bounce/parse.js'))});
+      const files = (d) => readdirSync(d).flatMap((n) => { const p = join(d, n); return statSync(p).isDirectory() ? files(p) : n.endsWith('.eml') ? [p] : []; });
+      const all = files(${JSON.stringify(FIX)}).filter((f) => !/garbage/.test(f));
+      for (const f of all) await parseReport(readFileSync(f));
+      const loaded = Object.keys(createRequire(import.meta.url).cache).some((k) => k.includes('/mailparser/'));
+      const last = await parseReport(readFileSync(${JSON.stringify(join(FIX, 'vendor/garbage.eml'))}));
+      console.log(JSON.stringify({ files: all.length, loaded, after: Object.keys(createRequire(import.meta.url).cache).some((k) => k.includes('/mailparser/')), kind: last.kind }));
+    `;
+    const out = await new Promise<string>((resolve, reject) =>
+      execFile(process.execPath, ['--input-type=module', '-e', script], { cwd: ROOT, timeout: 30_000 }, (e, o) => (e ? reject(e) : resolve(o))),
+    );
+    const r = JSON.parse(out) as { files: number; loaded: boolean; after: boolean; kind: string };
+    expect(r.files).toBeGreaterThan(150);
+    expect(r).toMatchObject({ loaded: false, after: true, kind: 'unknown' });
   });
 });

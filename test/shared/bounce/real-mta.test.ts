@@ -1,6 +1,7 @@
 /**
  * DSNs that real MTAs wrote: Postfix and Exim relayed a message to a sink that answered
- * 550 5.1.1, 452 4.2.2, 554 5.7.1 (relay denied, access denied, an RBL listing) or never, and
+ * 550 5.1.1, 452 4.2.2, 554 5.7.1 (relay denied, access denied, an RBL listing), 550 5.4.1
+ * (Microsoft's directory blocking), 556 5.1.10 (null MX), 550 5.2.1 (disabled) or never, and
  * sent their own bounce (test/fixtures/bounces/generate.ts, harness test/harness/relay-mta.ts).
  * The files are committed; regenerate them with the script.
  */
@@ -21,6 +22,9 @@ const expected = {
     // and its "please send mail to postmaster" must not read as MAIL.
     accessdenied: { status: '5.7.1', replyCode: 554, reason: 'userunknown', hardBounce: true },
     rbl: { status: '5.7.1', replyCode: 554, reason: 'blocked', hardBounce: false },
+    dbeb: { status: '5.4.1', replyCode: 550, reason: 'userunknown', hardBounce: true },
+    nullmx: { status: '5.1.10', replyCode: 556, reason: 'notaccept', hardBounce: true },
+    disabled: { status: '5.2.1', replyCode: 550, reason: 'suspend', hardBounce: false },
   },
   exim: {
     userunknown: { status: '5.1.1', replyCode: 550, reason: 'userunknown', hardBounce: true },
@@ -32,6 +36,10 @@ const expected = {
     relaydenied: { status: '5.7.1', replyCode: 554, reason: 'norelaying', hardBounce: false },
     accessdenied: { status: '5.7.1', replyCode: 554, reason: 'userunknown', hardBounce: true },
     rbl: { status: '5.7.1', replyCode: 554, reason: 'blocked', hardBounce: false },
+    dbeb: { status: '5.4.1', replyCode: 550, reason: 'userunknown', hardBounce: true },
+    // Status 5.0.0 yields to the reply's 5.1.10; 556 is a null MX.
+    nullmx: { status: '5.1.10', replyCode: 556, reason: 'notaccept', hardBounce: true },
+    disabled: { status: '5.2.1', replyCode: 550, reason: 'suspend', hardBounce: false },
   },
 } as const;
 

@@ -36,6 +36,7 @@ interface RulesFile {
   reasons: Record<string, ReasonSpec>;
   rhost?: Record<string, { hosts: string[]; reasons: Record<string, string[]> }>;
   tokens?: Record<string, string[]>;
+  token_patterns?: Record<string, string[]>;
 }
 
 interface Rhost {
@@ -104,10 +105,16 @@ export function compileRules(doc: RulesFile): Rules {
     retry: new Set(doc.order.retry),
     status,
     byName,
-    tokens: Object.entries(doc.tokens ?? {}).map(([reason, texts]) => ({
-      reason: reasonName(reason, 'tokens'),
-      re: new RegExp(texts.map((t) => escape(t.toLowerCase())).join('|'), 'i'),
-    })),
+    tokens: [
+      ...Object.entries(doc.tokens ?? {}).map(([reason, texts]) => ({
+        reason: reasonName(reason, 'tokens'),
+        re: new RegExp(texts.map((t) => escape(t.toLowerCase())).join('|'), 'i'),
+      })),
+      ...Object.entries(doc.token_patterns ?? {}).map(([reason, res]) => ({
+        reason: reasonName(reason, 'token_patterns'),
+        re: new RegExp(res.join('|'), 'i'),
+      })),
+    ],
     rhosts: Object.entries(doc.rhost ?? {}).map(([name, h]) => ({
       hosts: h.hosts.map((x) => x.toLowerCase()),
       reasons: Object.entries(h.reasons).map(([reason, texts]) => ({

@@ -2,10 +2,12 @@
  * Reads a bounce or complaint message into a ParsedReport: RFC 3464 delivery-status reports,
  * RFC 5965 feedback reports, RFC 3834 auto-replies, and the plain-text bounces of MTAs and
  * mailbox providers (docs/bounces.md lists the formats). mailparser does the MIME and the
- * charsets; this module only reads the report fields and the prose. Never throws: what it
+ * charsets where the light passes below do not suffice (it is loaded on first need: its import
+ * was most of `lettermill bounce parse`'s start-up); this module reads the report fields and the
+ * prose. Never throws: what it
  * cannot read is kind `unknown`, reason `undefined`.
  */
-import { simpleParser, type ParsedMail } from 'mailparser';
+import type { ParsedMail } from 'mailparser';
 import { addressInText, parseMailbox } from '../address.js';
 import { classify, commandInText, replyInText, statusInText } from './classify.js';
 import type { ParsedReport, ReportKind, ReportRecipient } from './types.js';
@@ -158,6 +160,112 @@ function bodyText(m: ParsedMail): string {
   return typeof m.html === 'string' ? m.html.replace(/<br\s*\/?>|<\/(p|div|tr|li)>/gi, '\n').replace(/<[^>]+>/g, ' ').replace(/&nbsp;/g, ' ').replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&') : '';
 }
 
+/**
+ * What the readers of non-report messages need of a message, from mailparser or from the light
+ * pass for plain single-part messages (lightPlain).
+ */
+interface Mail {
+  /** The first From address as written; '' when none. */
+  from: string;
+  /** The To addresses, lower case; empty unless there is exactly one To field. */
+  to: string[];
+  subject: string;
+  /** A header's first value as text; '' when absent. */
+  header: (name: string) => string;
+  has: (name: string) => boolean;
+  /** The body as text, LF line ends. */
+  text: string;
+  part: PartText;
+}
+
+function fromMailparser(m: ParsedMail): Mail {
+  return {
+    from: m.from?.value[0]?.address ?? '',
+    to: m.to && !Array.isArray(m.to) ? m.to.value.map((v) => v.address?.toLowerCase() ?? '') : [],
+    subject: m.subject ?? '',
+    header: (k) => {
+      const v: unknown = m.headers.get(k);
+      // Address headers come parsed ({ value, text }); the rest as strings.
+      return v && typeof v === 'object' && 'text' in v ? String(v.text) : String(v ?? '');
+    },
+    has: (k) => m.headers.has(k),
+    text: bodyText(m),
+    part: (types) => attachmentText(m, types),
+  };
+}
+
+let mailparser: Promise<typeof import('mailparser')> | undefined;
+
+async function viaMailparser(head: string): Promise<Mail> {
+  const { simpleParser } = await (mailparser ??= import('mailparser'));
+  return fromMailparser(await simpleParser(Buffer.from(head, 'latin1'), { keepDeliveryStatus: true, skipHtmlToText: true, skipTextToHtml: true, skipImageLinks: true, skipTextLinks: true }));
+}
+
+/**
+ * The address of a header field holding one mailbox ("Name <a@b>", "a@b", "a@b (Comment)", as
+ * the address module's grammar reads it); null for anything else (groups, several addresses,
+ * a mailbox without a domain), which goes to mailparser.
+ */
+function oneAddress(v: string): string | null {
+  return parseMailbox(v.replace(/\s*\([^()]*\)\s*$/, ''))?.address ?? null;
+}
+
+const ENCODED_WORD = /=\?([^?\s]+)\?([bq])\?([^?\s]*)\?=/gi;
+
+/** RFC 2047 encoded words decoded (the whitespace between two of them dropped); null for a charset TextDecoder does not know. */
+function decodeWords(v: string): string | null {
+  if (!v.includes('=?')) return v;
+  try {
+    return v.replace(/(\?=)\s+(?==\?)/g, '$1').replace(ENCODED_WORD, (_, charset: string, enc: string, text: string) => {
+      const bytes = enc.toLowerCase() === 'b' ? Buffer.from(text, 'base64') : transferDecode(text.replace(/_/g, ' '), 'quoted-printable');
+      return new TextDecoder(charset.replace(/\*.*$/, '')).decode(bytes);
+    });
+  } catch {
+    return null;
+  }
+}
+
+function lightPlain(head: string, multipart: { text: string; partText: PartText } | null): Mail | null {
+  const end = head.indexOf('\n\n');
+  if (end < 0) return null;
+  const block = head.slice(0, end + 1);
+  if (/[\u0080-\uffff]|xn--/i.test(block)) return null;
+  const ct = headerValue(block, 'content-type');
+  if (ct && ct.value !== 'text/plain' && !multipart) return null;
+  if (ct?.params.get('format')?.toLowerCase() === 'flowed') return null;
+  const encoding = headerValue(block, 'content-transfer-encoding')?.value;
+  if (encoding && !['7bit', '8bit', 'binary', 'quoted-printable', 'base64'].includes(encoding)) return null;
+  const fields = new Map<string, string>();
+  let toCount = 0;
+  for (const m of block.matchAll(/^([!-9;-~]+):[ \t]*([^\n]*(?:\n[ \t][^\n]*)*)/gm)) {
+    const name = m[1]!.toLowerCase();
+    if (name === 'to') toCount++;
+    if (!fields.has(name)) fields.set(name, m[2]!.replace(/\n[ \t]+/g, ' ').trim());
+  }
+  const subject = decodeWords(fields.get('subject') ?? '');
+  if (subject === null) return null;
+  const fromField = fields.get('from');
+  const from = fromField === undefined ? '' : oneAddress(fromField);
+  if (from === null) return null;
+  let to: string[] = [];
+  if (toCount === 1) {
+    const list = fields.get('to')!.split(',').map(oneAddress);
+    if (list.some((a) => a === null)) return null;
+    to = list.map((a) => a!.toLowerCase());
+  }
+  const text = multipart ? multipart.text : plainText(block, ct, head.slice(end + 2));
+  if (text === null) return null;
+  return {
+    from,
+    to,
+    subject,
+    header: (k) => fields.get(k) ?? '',
+    has: (k) => fields.has(k),
+    text: toLf(text),
+    part: multipart?.partText ?? (() => null),
+  };
+}
+
 function commandIn(text: string): string | null {
   return commandInText(text) || null;
 }
@@ -173,7 +281,7 @@ function dsn(report: string, body: string): ReportRecipient[] {
     const diagnosticField = g.get('diagnostic-code') ?? null;
     const recipient = address(g.get('final-recipient')) ?? address(g.get('original-recipient'));
     // No Diagnostic-Code (Exim's timeouts): the human-readable part's words for this recipient.
-    const diagnostic = clip(strip(diagnosticField)) ?? clip(recipient ? sectionText(prose.get(recipient) ?? []) : null);
+    const diagnostic = clip(strip(diagnosticField)) ?? clip(recipient ? recipientText(prose.get(recipient) ?? []) : null);
     const action = g.get('action')?.trim().toLowerCase().split(/\s/)[0] || null;
     const replyCode = diagnostic ? replyInText(diagnostic) : null;
     const status = preferStatus(g.get('status')?.trim().split(/\s/)[0] ?? null, diagnostic ? statusInText(diagnostic) : null, replyCode);
@@ -191,9 +299,31 @@ function dsn(report: string, body: string): ReportRecipient[] {
   });
 }
 
+/** A complaint names no type (a broken generator, Microsoft's legacy JMRP): RFC 5965's usual one. */
+const DEFAULT_FEEDBACK_TYPE = 'abuse';
+
+function complaintRow(recipient: string | null): ReportRecipient {
+  return { recipient, status: null, replyCode: null, action: null, remoteMta: null, diagnostic: null, reason: 'feedback', hardBounce: false };
+}
+
+/**
+ * Who complained, as the report shows it: every Original-Rcpt-To (RFC 5965 lets it repeat), else
+ * Removal-Recipient, else Microsoft JMRP's X-HmXmrOriginalRecipient in the original (whose To:
+ * JMRP masks), else the original's To:. One row each; one row with recipient null when none.
+ */
+function complainers(report: string | null, orig: Fields): (string | null)[] {
+  const named = new Set<string>();
+  if (report) for (const m of report.matchAll(/^(?:original-rcpt-to|removal-recipient):[ \t]*(.*)$/gim)) {
+    const a = address(m[1]);
+    if (a) named.add(a);
+  }
+  if (named.size) return [...named];
+  return [address(orig.get('x-hmxmroriginalrecipient')) ?? address(orig.get('to'))];
+}
+
 function arf(report: string, out: ParsedReport, orig: Fields): ReportRecipient[] {
   const f = fieldGroups(report)[0] ?? new Map<string, string>();
-  out.feedbackType = f.get('feedback-type')?.trim().toLowerCase() || null;
+  out.feedbackType = f.get('feedback-type')?.trim().toLowerCase() || DEFAULT_FEEDBACK_TYPE;
   out.feedback = {
     userAgent: f.get('user-agent') ?? null,
     originalMailFrom: envelopeAddress(f.get('original-mail-from')),
@@ -202,25 +332,36 @@ function arf(report: string, out: ParsedReport, orig: Fields): ReportRecipient[]
     reportedDomain: f.get('reported-domain')?.trim().toLowerCase() || null,
   };
   out.originalMailFrom = out.feedback.originalMailFrom ?? envelopeAddress(orig.get('return-path'));
-  const recipient = out.feedback.originalRcptTo ?? address(orig.get('to'));
-  return [{ recipient, status: null, replyCode: null, action: null, remoteMta: null, diagnostic: null, reason: 'feedback', hardBounce: false }];
+  return complainers(report, orig).map(complaintRow);
+}
+
+/**
+ * A complaint without a feedback-report part: Microsoft's legacy JMRP (the marked message
+ * attached, its recipient in X-HmXmrOriginalRecipient) and the complaint mails of Hotmail and
+ * Amazon SES ("complaint about message from <IP>").
+ */
+function legacyComplaint(m: Mail, orig: Fields): boolean {
+  const from = m.from.toLowerCase();
+  if (DAEMON.test(from)) return false; // a bounce that returns such a message
+  if (orig.has('x-hmxmroriginalrecipient')) return true;
+  return /^(staff@hotmail\.com|complaints@email-abuse\.amazonses\.com)$/.test(from) && /complaint about message from/i.test(m.subject);
 }
 
 const AUTO_SUBJECT = /^\s*(auto:|auto response:|automatic reply:|autoreply:|out of (the )?office|abwesenheitsnotiz|r[ée]ponse automatique|respuesta autom[áa]tica|risposta automatica)/i;
 const DAEMON = /^(mailer-daemon|postmaster|root|mail-daemon|maildaemon|mailer_daemon|bounce[s]?|no-?reply-dsn)@/i;
 
-function isAutoReply(m: ParsedMail): boolean {
-  const h = (k: string) => String(m.headers.get(k) ?? '').toLowerCase();
-  const from = m.from?.value[0]?.address ?? '';
+function isAutoReply(m: Mail): boolean {
+  const h = (k: string) => m.header(k).toLowerCase();
+  const from = m.from;
   if (DAEMON.test(from)) return false;
-  if (/mail delivery|undeliver|failure notice|returned mail|delivery status/i.test(m.subject ?? '')) return false;
+  if (/mail delivery|undeliver|failure notice|returned mail|delivery status/i.test(m.subject)) return false;
   return (
     /auto-replied|auto-notified/.test(h('auto-submitted')) ||
     h('precedence').includes('auto_reply') ||
     h('x-apple-action').includes('vacation') ||
-    m.headers.has('x-autoreply') ||
-    m.headers.has('x-autorespond') ||
-    AUTO_SUBJECT.test(m.subject ?? '')
+    m.has('x-autoreply') ||
+    m.has('x-autorespond') ||
+    AUTO_SUBJECT.test(m.subject)
   );
 }
 
@@ -234,12 +375,12 @@ const END_OF_BOUNCE = /^(?:.*(?:below is a copy of the original|header of the or
  * Gmail and Yahoo print them; each gets the text up to the next recipient, and when that has
  * no SMTP code, the first code line of the whole bounce.
  */
-function plain(m: ParsedMail, body: string, exclude: ReadonlySet<string>): ReportRecipient[] {
+function plain(m: Mail, body: string, exclude: ReadonlySet<string>): ReportRecipient[] {
   const cut = END_OF_BOUNCE.exec(body);
   const text = cut ? body.slice(0, cut.index) : body;
   const lines = text.split('\n');
   const sections = sectionsOf(lines, exclude);
-  const failed = m.headers.get('x-failed-recipients');
+  const failed = m.header('x-failed-recipients');
   if (!sections.size && failed) for (const a of String(failed).split(',')) if (address(a)) sections.set(address(a)!, []);
   if (!sections.size) {
     const after = /(?:could not be delivered to|delivery to|message to|recipient|addressed to|failed to deliver to|following address(?:es)?)[^\n]{0,80}/i.exec(text);
@@ -249,18 +390,29 @@ function plain(m: ParsedMail, body: string, exclude: ReadonlySet<string>): Repor
   const codeIdx = lines.findIndex((l) => CODE_LINE.test(l));
   const globalDiag = codeIdx >= 0 ? paragraph(lines, codeIdx) : null;
   const command = commandIn(text);
+  // A delay warning (Exim's "Warning: message … delayed", Sendmail's "could not send message for
+  // past", "THIS IS A WARNING ONLY"): the recipients are still being retried, not failed.
+  const action = DELAY_WARNING.test(m.subject) || DELAY_NOTICE.test(text) ? 'delayed' : 'failed';
+  const texts = [...sections.values()].map(recipientText);
   // Exchange / Microsoft 365 NDRs name the server that refused in "Generating server:", not in the reply.
   const generating = /^\s*generating server:\s*([a-z0-9-]+(?:\.[a-z0-9-]+)+)\s*$/im.exec(text)?.[1]?.toLowerCase() ?? null;
   const out: ReportRecipient[] = [];
-  for (const [recipient, sec] of sections) {
-    let own = sectionText(sec);
-    if (!own || !CODE_LINE.test(own)) own = own && globalDiag && !own.includes(globalDiag) ? `${own} ${globalDiag}` : (globalDiag ?? own);
+  let i = 0;
+  for (const [recipient] of sections) {
+    let own = texts[i++] ?? null;
+    // The bounce's first reply line stands in for a recipient without one, unless it is another
+    // recipient's own (qmail lists each address with its own reason).
+    const borrow = globalDiag && !texts.some((t, j) => j !== i - 1 && t?.includes(globalDiag)) ? globalDiag : null;
+    if (!own || !CODE_LINE.test(own)) own = own && borrow && !own.includes(borrow) ? `${own} ${borrow}` : (borrow ?? own);
     const diagnostic = clip(own);
-    out.push(verdictFor(recipient, diagnostic, command, generating));
+    out.push(verdictFor(recipient, diagnostic, command, generating, action));
   }
-  if (!out.length && globalDiag) out.push(verdictFor(null, clip(globalDiag), command, generating));
+  if (!out.length && globalDiag) out.push(verdictFor(null, clip(globalDiag), command, generating, action));
   return out;
 }
+
+const DELAY_WARNING = /^\s*warning: message \S+ delayed|^\s*warning: could not send message for past|^\s*delayed mail \(still being retried\)|^\s*delivery status notification \(delay\)/i;
+const DELAY_NOTICE = /this is a warning only|has not yet been delivered to one or more of its\s+recipients|will be retried until it is|delivery attempts will continue to be made/i;
 
 // An address alone on its line (the token is checked by the address module): "  a@b.example",
 // "<a@b.example>:", "a@b.example...", "To: a@b.example"; or one leading its reason:
@@ -269,22 +421,32 @@ function plain(m: ParsedMail, body: string, exclude: ReadonlySet<string>): Repor
 const STANDALONE = /^\s*(?:[-*•]\s*)?(?:to:\s*|recipient:\s*|original-recipient:\s*(?:rfc822;)?\s*|final-recipient:\s*(?:rfc822;)?\s*)?<?("?[^\s<>"]+?"?)>?\s*(?::|\.\.\.|,)?\s*(?:\(.*\))?$/i;
 const LEADING = /^\s*<?([^\s<>]+?)>?(?:[:,]|\.\.\.)\s+(.*)$/;
 
-/** Recipient → the lines after it, for every address standing alone on a line (or leading one). */
-function sectionsOf(lines: string[], exclude: ReadonlySet<string>): Map<string, string[]> {
-  const sections = new Map<string, string[]>();
+/**
+ * Recipient → the lines after each place it stands, for every address standing alone on a line
+ * (or leading one). An NDR names each recipient twice (Exchange: the words for people, then the
+ * diagnostic for administrators); each place is a segment of its own.
+ */
+function sectionsOf(lines: string[], exclude: ReadonlySet<string>): Map<string, string[][]> {
+  const sections = new Map<string, string[][]>();
   let cur: string[] | null = null;
   for (const line of lines) {
     const s = line.includes('@') ? (STANDALONE.exec(line) ?? LEADING.exec(line)) : null;
     const a = s?.[1]?.includes('@') ? address(s[1]) : null;
     if (a && !exclude.has(a)) {
-      cur = sections.get(a) ?? [];
-      sections.set(a, cur);
+      cur = [];
+      sections.set(a, [...(sections.get(a) ?? []), cur]);
       if (s && s[2]) cur.push(s[2]);
       continue;
     }
     cur?.push(line);
   }
   return sections;
+}
+
+/** A recipient's words: the first of its segments that holds a reply code, else its first with any text. */
+function recipientText(segments: string[][]): string | null {
+  const texts = segments.map(sectionText);
+  return texts.find((t) => t && CODE_LINE.test(t)) ?? texts.find((t) => t) ?? null;
 }
 
 /** The lines of a section that carry the reason: up to the second paragraph break. */
@@ -307,12 +469,12 @@ function paragraph(lines: string[], i: number): string {
   return keep.join(' ');
 }
 
-function verdictFor(recipient: string | null, diagnostic: string | null, command: string | null, reportingHost: string | null = null): ReportRecipient {
+function verdictFor(recipient: string | null, diagnostic: string | null, command: string | null, reportingHost: string | null = null, action = 'failed'): ReportRecipient {
   const status = diagnostic ? statusInText(diagnostic) : null;
   const replyCode = diagnostic ? replyInText(diagnostic) : null;
   const remoteMta = /(?:host|server|by)\s+([a-z0-9-]+(?:\.[a-z0-9-]+)+)\.?\s*\[/i.exec(diagnostic ?? '')?.[1]?.toLowerCase() ?? reportingHost;
-  const verdict = classify({ status, replyCode, text: diagnostic, command: (diagnostic && commandIn(diagnostic)) ?? command, remoteHost: remoteMta });
-  return { recipient, status, replyCode, action: 'failed', remoteMta, diagnostic, ...verdict };
+  const verdict = classify({ status, replyCode, text: diagnostic, action, command: (diagnostic && commandIn(diagnostic)) ?? command, remoteHost: remoteMta });
+  return { recipient, status, replyCode, action, remoteMta, diagnostic, ...verdict };
 }
 
 /**
@@ -375,51 +537,83 @@ function transferDecode(body: string, encoding: string | undefined): Buffer {
 }
 
 /**
- * The light MIME pass for the common case, a flat multipart/report: its parts are split at the
- * boundary and only the report parts and the notification text are decoded. Null for anything
- * else (nested multiparts, HTML, format=flowed, RFC 2231 boundaries, a charset TextDecoder does
+ * The light MIME pass for the common case, a multipart/report (or multipart/mixed, legacy
+ * complaints): its parts are split at the
+ * boundary and only the report parts and the notification text are decoded (a notice in
+ * multipart/alternative, Exchange Online's, by its text part). Null for anything else (other
+ * nested multiparts, HTML alone, format=flowed, RFC 2231 boundaries, a charset TextDecoder does
  * not know): those go through mailparser's simpleParser, which reads everything.
  */
 function lightReport(head: string): { text: string; partText: PartText } | null {
   const end = head.indexOf('\n\n');
   if (end < 0) return null;
   const ct = headerValue(head.slice(0, end + 1), 'content-type');
-  const boundary = ct?.value === 'multipart/report' ? ct.params.get('boundary') : undefined;
+  const boundary = ct?.value === 'multipart/report' || ct?.value === 'multipart/mixed' ? ct.params.get('boundary') : undefined;
   if (!boundary) return null;
-  const delimiter = `--${boundary}`;
   const texts: string[] = [];
   const parts = new Map<string, string>();
-  let at = head.startsWith(delimiter, end + 2) ? end + 2 : head.indexOf(`\n${delimiter}`, end + 1) + 1;
-  while (at > 0) {
-    const lineEnd = head.indexOf('\n', at);
-    const line = head.slice(at + delimiter.length, lineEnd < 0 ? head.length : lineEnd);
-    if (line.startsWith('--') || lineEnd < 0) break; // the close delimiter
-    if (line.trim() !== '') return null; // a longer boundary that starts the same: leave it to mailparser
-    const next = head.indexOf(`\n${delimiter}`, lineEnd);
-    const part = head.slice(lineEnd + 1, next < 0 ? head.length : next);
-    at = next < 0 ? 0 : next + 1;
-    const sep = part.startsWith('\n') ? 0 : part.indexOf('\n\n');
-    const headers = sep < 0 ? part : part.slice(0, sep + 1);
-    const body = sep < 0 ? '' : part.slice(sep + (sep === 0 ? 1 : 2));
+  const top = splitParts(head, end + 2, boundary);
+  if (!top) return null;
+  for (const { headers, body } of top) {
     const type = headerValue(headers, 'content-type');
     const kind = type?.value || 'text/plain';
-    const disposition = headerValue(headers, 'content-disposition')?.value;
     const encoding = headerValue(headers, 'content-transfer-encoding')?.value;
-    if (kind.startsWith('multipart/') || kind === 'text/html') return null;
-    if (kind === 'text/plain' && disposition !== 'attachment') {
-      if (type?.params.get('format')?.toLowerCase() === 'flowed') return null;
-      const charset = (type?.params.get('charset') ?? 'utf-8').toLowerCase();
-      try {
-        texts.push(new TextDecoder(/^(us-)?ascii$/.test(charset) ? 'utf-8' : charset).decode(transferDecode(body, encoding)));
-      } catch {
-        return null; // a charset TextDecoder does not know
+    if (kind === 'multipart/alternative') {
+      // Exchange Online's notice: text and HTML of the same words; the text is read.
+      const inner = type?.params.get('boundary') ? splitParts(body, 0, type.params.get('boundary')!) : null;
+      if (!inner) return null;
+      for (const sub of inner) {
+        const subType = headerValue(sub.headers, 'content-type');
+        const subKind = subType?.value || 'text/plain';
+        if (subKind === 'text/html') continue;
+        if (subKind !== 'text/plain') return null;
+        const t = plainText(sub.headers, subType, sub.body);
+        if (t === null) return null;
+        texts.push(t);
       }
+      continue;
+    }
+    if (kind.startsWith('multipart/') || kind === 'text/html') return null;
+    if (kind === 'text/plain' && headerValue(headers, 'content-disposition')?.value !== 'attachment') {
+      const t = plainText(headers, type, body);
+      if (t === null) return null;
+      texts.push(t);
     } else if (REPORT_PARTS.has(kind) && !parts.has(kind)) {
       parts.set(kind, toLf(new TextDecoder('utf-8').decode(transferDecode(body, encoding))));
     }
   }
   if (texts.length > 1) return null;
   return { text: texts[0] ?? '', partText: (types) => types.map((t) => parts.get(t)).find((x) => x !== undefined) ?? null };
+}
+
+/** A text/plain part decoded; null for format=flowed or a charset TextDecoder does not know (mailparser's). */
+function plainText(headers: string, type: ReturnType<typeof headerValue>, body: string): string | null {
+  if (type?.params.get('format')?.toLowerCase() === 'flowed') return null;
+  const charset = (type?.params.get('charset') ?? 'utf-8').toLowerCase();
+  try {
+    return new TextDecoder(/^(us-)?ascii$/.test(charset) ? 'utf-8' : charset).decode(transferDecode(body, headerValue(headers, 'content-transfer-encoding')?.value));
+  } catch {
+    return null;
+  }
+}
+
+/** The parts of a multipart body from `from` on, split at the boundary; null when the boundary is ambiguous. */
+function splitParts(text: string, from: number, boundary: string): { headers: string; body: string }[] | null {
+  const delimiter = `--${boundary}`;
+  const out: { headers: string; body: string }[] = [];
+  let at = text.startsWith(delimiter, from) ? from : text.indexOf(`\n${delimiter}`, from) + 1;
+  while (at > 0) {
+    const lineEnd = text.indexOf('\n', at);
+    const line = text.slice(at + delimiter.length, lineEnd < 0 ? text.length : lineEnd);
+    if (line.startsWith('--') || lineEnd < 0) break; // the close delimiter
+    if (line.trim() !== '') return null; // a longer boundary that starts the same: leave it to mailparser
+    const next = text.indexOf(`\n${delimiter}`, lineEnd);
+    const part = text.slice(lineEnd + 1, next < 0 ? text.length : next);
+    at = next < 0 ? 0 : next + 1;
+    const sep = part.startsWith('\n') ? 0 : part.indexOf('\n\n');
+    out.push({ headers: sep < 0 ? part : part.slice(0, sep + 1), body: sep < 0 ? '' : part.slice(sep + (sep === 0 ? 1 : 2)) });
+  }
+  return out;
 }
 
 async function parseUnsafe(input: Buffer | string, thorough: boolean): Promise<ParsedReport> {
@@ -429,31 +623,40 @@ async function parseUnsafe(input: Buffer | string, thorough: boolean): Promise<P
   // msg/s for 12 KB of text under load vs 760 for a tiny message).
   const block = returnedBlock(raw);
   const head = block && block.end < raw.length ? `${raw.slice(0, block.end)}\n\n` : raw;
+  let m: Mail | null = null;
   if (!thorough) {
     const light = lightReport(head);
     const out = light && fromReportParts(light.text, light.partText, raw, block);
     if (out) return out;
+    m = lightPlain(head, light);
   }
-  const m = await simpleParser(Buffer.from(head, 'latin1'), { keepDeliveryStatus: true, skipHtmlToText: true, skipTextToHtml: true, skipImageLinks: true, skipTextLinks: true });
-  const body = bodyText(m);
-  const partText: PartText = (types) => attachmentText(m, types);
+  m ??= await viaMailparser(head);
+  const body = m.text;
+  const partText = m.part;
   const report = fromReportParts(body, partText, raw, block);
   if (report) return report;
   const orig = returnedHeaders(partText, raw, block);
   const status = partText(['message/delivery-status', 'message/global-delivery-status']);
-  const from = m.from?.value[0]?.address?.toLowerCase() ?? '';
+  const from = m.from.toLowerCase();
+  if (legacyComplaint(m, orig)) {
+    const out = emptyReport('arf');
+    fillOriginal(out, orig);
+    out.feedbackType = DEFAULT_FEEDBACK_TYPE;
+    out.recipients = complainers(null, orig).map(complaintRow);
+    return out;
+  }
   if (isAutoReply(m)) {
     const out = emptyReport('autoreply');
     fillOriginal(out, orig);
-    const recipient = address(from) ?? address(String(m.headers.get('return-path') ?? ''));
+    const recipient = address(from) ?? address(m.header('return-path'));
     out.recipients = [{ recipient, status: null, replyCode: null, action: null, remoteMta: null, diagnostic: clip(body.slice(0, 300)), reason: 'vacation', hardBounce: false }];
     return out;
   }
-  const looksLikeBounce = DAEMON.test(from) || BOUNCE_SUBJECT.test(m.subject ?? '') || m.headers.has('x-failed-recipients') || !!status;
+  const looksLikeBounce = DAEMON.test(from) || BOUNCE_SUBJECT.test(m.subject) || m.has('x-failed-recipients') || !!status;
   const out = emptyReport(looksLikeBounce ? 'dsn' : 'unknown');
   fillOriginal(out, orig);
   if (looksLikeBounce) {
-    const exclude = new Set<string>([from, ...(m.to && !Array.isArray(m.to) ? m.to.value.map((v) => v.address?.toLowerCase() ?? '') : [])]);
+    const exclude = new Set<string>([from, ...m.to]);
     if (out.originalMailFrom) exclude.add(out.originalMailFrom.toLowerCase());
     const fromOrig = address(orig.get('from'));
     if (fromOrig) exclude.add(fromOrig);
