@@ -147,6 +147,13 @@ describe('architecture', () => {
     });
   });
 
+  it('the backend learns of MTA results through its events only: no read of the MTA delivery log, no parse of a log reason', () => {
+    // The dashboard's read-only proxy of /delivery-logs/stats (src/backend/ui/mta-proxy.ts) shows the MTA's counts; it records nothing.
+    const backend = files.filter((f) => area(f) === 'backend' && !f.endsWith('backend/ui/mta-proxy.ts'));
+    const offenders = backend.filter((f) => /delivery-logs|suppressed: \(|MtaDeliveryLogPageSchema/.test(readFileSync(f, 'utf8')));
+    expect(offenders.map((f) => relative(ROOT, f))).toEqual([]);
+  });
+
   it('one module writes email_sends transitions (src/backend/sends/)', () => {
     const offenders = files.filter((f) => /UPDATE email_sends/.test(readFileSync(f, 'utf8')) && !relative(SRC, f).startsWith('backend/sends/'));
     expect(offenders.map((f) => relative(ROOT, f))).toEqual([]);
