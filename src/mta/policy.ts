@@ -120,6 +120,16 @@ export interface MtaPolicy {
   deferJitter: number;
   /** Events whose emission is rate-limited per subject (e.g. per pool) to one per period. */
   eventRepeatMs: { all_ips_blocked: number };
+  /**
+   * The delivery queue's retries (mta.md → Queue). The spec's "max attempts 5" counts retries:
+   * a job is tried once, then retried at most `retries` times, waiting `backoffMs[n-1]` before
+   * retry n (the last entry repeats should `retries` outgrow the list), then fails. Every step
+   * of the spec's list (30 s … 2 h) is used; the queue's own `maxAttempts` counts tries (6).
+   */
+  queue: {
+    retries: number;
+    backoffMs: number[];
+  };
   /** Blocklist lookups, monitoring and the sending-address audit (src/mta/reputation/, docs/reputation.md). */
   reputation: {
     /** One DNS query's timeout. */
@@ -344,6 +354,7 @@ export const DEFAULT_POLICY: MtaPolicy = {
   defaultPriority: 3,
   deferJitter: 0.15,
   eventRepeatMs: { all_ips_blocked: 15 * MINUTE },
+  queue: { retries: 5, backoffMs: [30_000, 2 * MINUTE, 8 * MINUTE, 30 * MINUTE, 2 * HOUR] },
   reputation: {
     queryTimeoutMs: 2_000,
     attempts: 3,

@@ -2,12 +2,14 @@ import { totalmem } from 'node:os';
 import { Queue } from '../shared/queue/queue.js';
 import type { QueueOptions } from '../shared/queue/types.js';
 import type { Services } from '../shared/services.js';
+import { DEFAULT_POLICY } from './policy.js';
 
 /** Queue policy of the MTA (mta.md → Queue). Group key: `<ipPool>:<recipientDomain>`. */
 export const MTA_QUEUE: QueueOptions = {
   name: 'mta',
-  maxAttempts: 5,
-  backoffMs: [30_000, 120_000, 480_000, 1_800_000, 7_200_000],
+  // Tries, not retries: the first try and policy.queue.retries retries (30 s … 2 h, each once).
+  maxAttempts: 1 + DEFAULT_POLICY.queue.retries,
+  backoffMs: DEFAULT_POLICY.queue.backoffMs,
   timeoutMs: 120_000,
   retainCompleted: 1_000,
   retainFailed: 5_000,

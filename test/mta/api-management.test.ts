@@ -520,7 +520,7 @@ describe('/queue', () => {
     const claimed = await t.mta.context.queue.claim('w', 500);
     for (const j of claimed) await t.mta.context.queue.defer(j, j.id === a.body.data.jobId ? 60_000 : 0, 'circuit_breaker: circuit_open');
     const details = await t.call('GET', `/queue/jobs/${a.body.data.jobId}`);
-    expect(details.body.data).toMatchObject({ jobId: a.body.data.jobId, state: 'pending', to: 'a@q-one.example', groupKey: 'transactional:q-one.example', attempts: 0, maxAttempts: 5 });
+    expect(details.body.data).toMatchObject({ jobId: a.body.data.jobId, state: 'pending', to: 'a@q-one.example', groupKey: 'transactional:q-one.example', attempts: 0, maxAttempts: 6 });
     expect(details.body.data.history).toMatchObject([{ attempt: 1, outcome: 'deferred', reason: 'circuit_breaker: circuit_open' }]);
 
     expect((await t.call('DELETE', `/queue/jobs/${a.body.data.jobId}`)).body.data).toEqual({ jobId: a.body.data.jobId, cancelled: true });

@@ -19,7 +19,7 @@ describe('accepting a job', () => {
     expect(r.status).toBe(202);
     expect(r.body).toEqual({ data: { jobId: expect.any(String), messageId: body.messageId, status: 'queued' } });
     const stored = await job(r.body.data.jobId);
-    expect(stored).toMatchObject({ state: 'pending', groupKey: 'transactional:example.org', orgId: 'org-1', maxAttempts: 5 });
+    expect(stored).toMatchObject({ state: 'pending', groupKey: 'transactional:example.org', orgId: 'org-1', maxAttempts: 6 });
     expect(stored!.payload).toMatchObject({ recipient: 'someone@example.org', domain: 'example.org', html: '<p>Hello</p>', dkimDomain: 'sender.example' });
   });
 

@@ -158,28 +158,36 @@ describe('delivery results', () => {
     expect(await t.coord.ringRead(`mta:breaker:ring:${org}`)).toEqual([]);
   });
 
-  it('after the 5th deferred attempt: failed, logged as expired, soft `bounced` expired event', async () => {
+  it('deferred every time: 5 retries after 30 s, 2 m, 8 m, 30 m and 2 h, then failed as expired, soft `bounced` expired event', async () => {
     t.deliverer.fallback = { status: 'deferred', code: 421, response: '421 busy', connectionFailure: false };
     try {
       let r = await sendAndRun({ to: 'x@busy.example' });
-      const backoff = [30_000, 120_000, 480_000, 1_800_000];
-      for (const delay of backoff) {
+      const claimable = async () => {
+        const claimed = await t.mta.context.queue.claim('test-worker', 100);
+        for (const j of claimed) await t.mta.context.queue.defer(j, 0, 'only looking');
+        return claimed.some((j) => j.id === r.jobId);
+      };
+      for (const delay of [30_000, 120_000, 480_000, 1_800_000, 7_200_000]) {
         expect(r.outcome.type).toBe('retry');
-        t.clock.advance(delay);
+        expect(r.job.runAt).toBe(t.clock.now() + delay);
+        // Not due a millisecond early (the claim finds nothing to give back), due at the step.
+        t.clock.advance(delay - 1);
+        expect(await claimable()).toBe(false);
+        t.clock.advance(1);
         r = await runJob(r.jobId);
       }
       expect(r.outcome).toMatchObject({ type: 'fail' });
       expect(r.job.state).toBe('failed');
-      expect(r.job.attempts).toBe(5);
-      expect(r.job.history.map((h) => h.outcome)).toEqual(['retry', 'retry', 'retry', 'retry', 'failed']);
+      expect(r.job.attempts).toBe(6);
+      expect(r.job.history.map((h) => h.outcome)).toEqual(['retry', 'retry', 'retry', 'retry', 'retry', 'failed']);
       const logs = await logsFor(r.body.messageId as string);
-      expect(logs.map((l) => l.status)).toEqual(['deferred', 'deferred', 'deferred', 'deferred', 'deferred', 'failed']);
+      expect(logs.map((l) => l.status)).toEqual([...Array<string>(6).fill('deferred'), 'failed']);
       expect(logs.at(-1)).toMatchObject({ reason: 'expired', hard: false });
       const [ev] = await eventually(() => {
         const e = events('bounced', r.body.messageId as string);
         return e.length ? e : null;
       });
-      expect(ev.data).toMatchObject({ type: 'soft', reason: 'expired', smtpCode: 421, attempt: 5 });
+      expect(ev.data).toMatchObject({ type: 'soft', reason: 'expired', smtpCode: 421, attempt: 6 });
     } finally {
       t.deliverer.fallback = { status: 'sent', code: 250, response: '250 ok', mxHost: 'mx.example.test', tls: true };
     }
