@@ -23,8 +23,11 @@ export type ZoneKind = 'critical' | 'warning' | 'further' | 'feed';
 
 export interface EgressProbe {
   host: string;
-  /** `open`: the server's 220 greeting arrived; `refused`, `timeout`, `error` otherwise. */
-  state: 'open' | 'refused' | 'timeout' | 'error';
+  /**
+   * `open`: the server's 220 greeting arrived; `refused`, `timeout`, `error` otherwise;
+   * `unresolved`: the host name did not resolve (a resolver problem: port 25 was not tried).
+   */
+  state: 'open' | 'refused' | 'timeout' | 'error' | 'unresolved';
 }
 
 export interface ZoneCheck {
@@ -153,7 +156,7 @@ export class AddressAudit {
         try {
           address = /^[\d.]+$/.test(host) ? host : (await this.d.lookup(host))[0]!;
         } catch {
-          return { host: hostPort, state: 'error' as const };
+          return { host: hostPort, state: 'unresolved' as const };
         }
         return { host: hostPort, state: await probe(address, port, ip, this.d.policy.probeTimeoutMs) };
       }),
@@ -217,7 +220,11 @@ export class AddressAudit {
   }
 }
 
-/** The verdict table (docs/reputation.md). Unknown answers never count as clean. */
+/**
+ * The verdict table (docs/reputation.md). Nothing unanswered ever counts as clean: a blocklist,
+ * reverse DNS or /24 sample lookup that failed, or probe hosts that did not resolve, ask for a
+ * re-run instead.
+ */
 export function judge(a: {
   egress: EgressProbe[];
   blocklists: ZoneCheck[];
@@ -226,19 +233,27 @@ export function judge(a: {
   share: number;
 }): { verdict: Verdict; lowConfidence: boolean; headline: string; nextAction: string } {
   const unknown = a.blocklists.filter((b) => b.state === 'unknown').map((b) => b.zone);
-  const lowConfidence = unknown.length > 0 || a.reverseDns.status === 'unknown' || a.neighbourhood.unknown > 0;
+  const unresolved = a.egress.filter((e) => e.state === 'unresolved').map((e) => e.host);
+  const egressOpen = a.egress.some((e) => e.state === 'open');
+  // Port 25 is blocked only when every probe host was tried and none answered; a host whose
+  // name did not resolve says nothing about port 25.
+  const egressUnknown = !egressOpen && unresolved.length > 0;
+  const n = a.neighbourhood;
+  const lowConfidence = unknown.length > 0 || a.reverseDns.status === 'unknown' || n.unknown > 0 || egressUnknown;
   const listed = a.blocklists.filter((b) => b.state === 'listed');
   const critical = listed.find((b) => b.kind === 'critical');
-  const egressOpen = a.egress.some((e) => e.state === 'open');
-  const n = a.neighbourhood;
+  const rerun = (headline: string, cause: string) => ({ verdict: 'action_required' as const, lowConfidence, headline, nextAction: `${cause}: re-run the audit (POST /ip-audit/run)` });
   if (critical?.lists.includes('DROP')) return { verdict: 'unusable', lowConfidence, headline: `listed on ${critical.zone} DROP (hijacked or criminal range)`, nextAction: 'use an address from another provider or range' };
-  if (a.egress.length > 0 && !egressOpen) return { verdict: 'unusable', lowConfidence, headline: 'outbound TCP/25 is blocked', nextAction: 'ask the provider to open port 25, or set MTA_FAILOVER_RELAY_URL' };
+  if (a.egress.length > 0 && !egressOpen && !egressUnknown) return { verdict: 'unusable', lowConfidence, headline: 'outbound TCP/25 is blocked', nextAction: 'ask the provider to open port 25, or set MTA_FAILOVER_RELAY_URL' };
   if (n.sampled > 0 && n.listed / n.sampled > a.share) return { verdict: 'unusable', lowConfidence, headline: `${n.listed} of ${n.sampled} sampled neighbours in ${n.prefix} are listed`, nextAction: 'the range has a poor reputation: use an address from another range' };
   if (listed.length) {
     return { verdict: 'action_required', lowConfidence, headline: `listed on ${listed.map((b) => b.zone + (b.lists.length ? ` (${b.lists.join(', ')})` : '')).join(', ')}`, nextAction: 'request removal (see each listing), then re-run the audit' };
   }
-  if (unknown.length) return { verdict: 'action_required', lowConfidence, headline: `blocklist status unknown on ${unknown.join(', ')}`, nextAction: 'the resolver did not answer: re-run the audit (POST /ip-audit/run)' };
-  if (a.reverseDns.status !== 'confirmed' && a.reverseDns.status !== 'unknown') return { verdict: 'action_required', lowConfidence, headline: `reverse DNS ${a.reverseDns.status}`, nextAction: 'set a PTR record that resolves back to this address (ideally the EHLO name)' };
+  if (egressUnknown) return rerun(`outbound TCP/25 not checked: ${unresolved.join(', ')} did not resolve`, 'the resolver failed (check DNS_SERVERS and AUDIT_PROBE_MX_HOSTS)');
+  if (unknown.length) return rerun(`blocklist status unknown on ${unknown.join(', ')}`, 'the resolver did not answer');
+  if (a.reverseDns.status === 'unknown') return rerun('reverse DNS unknown', 'the resolver did not answer the PTR or its forward lookup');
+  if (n.unknown > 0) return rerun(`${n.unknown} of ${n.sampled} sampled neighbours in ${n.prefix} unknown`, 'the resolver did not answer');
+  if (a.reverseDns.status !== 'confirmed') return { verdict: 'action_required', lowConfidence, headline: `reverse DNS ${a.reverseDns.status}`, nextAction: 'set a PTR record that resolves back to this address (ideally the EHLO name)' };
   return { verdict: 'clean', lowConfidence, headline: 'clean', nextAction: 'none' };
 }
 

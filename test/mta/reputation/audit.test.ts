@@ -7,13 +7,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryCoordination } from '../../../src/shared/coord/memory.js';
 import { SafeHttpClient } from '../../../src/shared/net/client.js';
-import { createLookup } from '../../../src/shared/net/resolve.js';
+import { createLookup, resolverLookup } from '../../../src/shared/net/resolve.js';
 import { DEFAULT_POLICY } from '../../../src/mta/policy.js';
 import { parsePools } from '../../../src/mta/pools.js';
 import { AddressAudit } from '../../../src/mta/reputation/audit.js';
 import { PROVIDER_NOTES } from '../../../src/mta/reputation/data.js';
 import { DnsblResolver } from '../../../src/mta/reputation/dnsbl.js';
-import { findFreePort, startDnsServer, type DnsServer } from '../../harness/dns.js';
+import { findFreePort, startDnsServer, startSilentResolver, type DnsServer } from '../../harness/dns.js';
 import { startHttpReceiver, type HttpReceiver } from '../../harness/http-receiver.js';
 import { startSmtpSink, type SmtpSink } from '../../harness/smtp-sink.js';
 import { startMta, type TestMta } from '../helpers.js';
@@ -179,6 +179,89 @@ describe('egress and credential-gated feeds', () => {
     // Likely cause from our own metrics: 10 % bounces and a volume spike.
     expect(dqs.assistant.likelyCause.join(' | ')).toMatch(/bounce rate 10\.0%/);
     expect(dqs.assistant.likelyCause.join(' | ')).toMatch(/volume spike/);
+  });
+});
+
+describe('a resolver that fails (SERVFAIL) is never clean and never blocks port 25', () => {
+  // Every other answer is clean: only the failing lookup stands between each address and `clean`.
+  let broken: DnsServer;
+  beforeAll(async () => {
+    broken = await startDnsServer({
+      zones: {
+        'zen.spamhaus.org': [],
+        '3.0.127.in-addr.arpa': [{ name: '2', type: 'PTR', value: 'mta1.example.test' }],
+        'example.test': [{ name: 'mta1', type: 'A', value: '127.0.3.2' }],
+      },
+      // PTRs of 127.0.0.x; the first /24 neighbour sampled for 127.0.3.2 (127.0.3.34); the probe hosts' zone.
+      servfailZones: ['0.0.127.in-addr.arpa', '34.3.0.127.zen.spamhaus.org', 'probe.test'],
+    });
+  });
+  afterAll(() => broken?.stop());
+
+  const auditOf = async (pool: string, probeHosts: string[], servers = [broken.servers]) => {
+    const audit = new AddressAudit({
+      coord: new MemoryCoordination({ clock: t.clock }),
+      clock: t.clock,
+      pools: parsePools(pool),
+      resolver: new DnsblResolver({ servers, clock: t.clock, policy: policy.reputation, sleep: async () => {} }),
+      policy: policy.reputation,
+      dnsServers: servers,
+      zones: { critical: 'zen.spamhaus.org', warning: [], further: [] },
+      feeds: { dqsZone: 'zen.dq.spamhaus.net', abuseIpdbUrl: 'http://127.0.0.1:1/' },
+      probeHosts,
+      lookup: resolverLookup(servers, { timeoutMs: policy.reputation.queryTimeoutMs, tries: 1 }),
+      recent: async () => ({ day: {}, week: {} }),
+    });
+    return (await audit.run()).run.entries[0]!;
+  };
+
+  it('a reverse-DNS lookup failure asks for a re-run', async () => {
+    const e = await auditOf('transactional:127.0.0.2@mta1.example.test', [`127.0.0.1:${open.port}`]);
+    expect(e.reverseDns.status).toBe('unknown');
+    expect(e.blocklists.map((b) => b.state)).toEqual(['clean']);
+    expect(e.neighbourhood).toMatchObject({ sampled: 8, listed: 0, unknown: 0 });
+    expect(e).toMatchObject({ verdict: 'action_required', lowConfidence: true, headline: 'reverse DNS unknown' });
+    expect(e.nextAction).toMatch(/re-run the audit/);
+  });
+
+  it('a /24 sample lookup failure asks for a re-run', async () => {
+    const e = await auditOf('transactional:127.0.3.2@mta1.example.test', [`127.0.0.1:${open.port}`]);
+    expect(e.reverseDns).toMatchObject({ status: 'confirmed', ehloAligned: true });
+    expect(e.neighbourhood).toMatchObject({ sampled: 8, listed: 0, unknown: 1, prefix: '127.0.3.0/24' });
+    expect(e).toMatchObject({ verdict: 'action_required', lowConfidence: true });
+    expect(e.headline).toBe('1 of 8 sampled neighbours in 127.0.3.0/24 unknown');
+    expect(e.nextAction).toMatch(/re-run the audit/);
+  });
+
+  it('probe host names that do not resolve are a resolver problem, not `TCP/25 blocked`', async () => {
+    const e = await auditOf('transactional:127.0.3.2@mta1.example.test', [`mx1.probe.test:${open.port}`, `mx2.probe.test:${open.port}`]);
+    expect(e.egress).toEqual([
+      { host: `mx1.probe.test:${open.port}`, state: 'unresolved' },
+      { host: `mx2.probe.test:${open.port}`, state: 'unresolved' },
+    ]);
+    expect(e.verdict).toBe('action_required');
+    expect(e.headline).toMatch(/^outbound TCP\/25 not checked: mx1\.probe\.test:\d+, mx2\.probe\.test:\d+ did not resolve$/);
+    expect(e.nextAction).toMatch(/DNS_SERVERS.*re-run the audit/);
+    // One reachable host is enough: the unresolved one does not lower the verdict.
+    const mixed = await auditOf('transactional:127.0.3.2@mta1.example.test', [`mx1.probe.test:${open.port}`, `127.0.0.1:${refusedPort}`]);
+    expect(mixed.egress.map((p) => p.state)).toEqual(['unresolved', 'refused']);
+    expect(mixed.verdict).toBe('action_required');
+    expect(mixed.headline).toMatch(/did not resolve/);
+  });
+
+  it('a resolver that never answers (timeouts) gives a re-run, not `unusable`', async () => {
+    const silent = await startSilentResolver();
+    try {
+      const e = await auditOf('transactional:127.0.3.2@mta1.example.test', [`mx1.probe.test:${open.port}`], [silent.servers]);
+      expect(e.egress.map((p) => p.state)).toEqual(['unresolved']);
+      expect(e.reverseDns.status).toBe('unknown');
+      expect(e.neighbourhood).toMatchObject({ sampled: 8, unknown: 8 });
+      expect(e).toMatchObject({ verdict: 'action_required', lowConfidence: true });
+      expect(e.nextAction).toMatch(/re-run the audit/);
+      expect(silent.queries()).toBeGreaterThan(0);
+    } finally {
+      await silent.close();
+    }
   });
 });
 
