@@ -114,7 +114,10 @@ export function createDispatcher(d: DispatchDeps): JobHandler<MtaQueuedPayload> 
     try {
       const via = ctx.viaRelay && d.failover ? d.failover : d.deliverer;
       if (ctx.viaRelay) metrics?.failoverSends.inc({ pool: ctx.pool! });
-      result = await via.deliver(toOutbound(payload, job.id), { pool: ctx.pool!, bindIp: ctx.ip!.address, ehloName: ctx.ip!.ehloName });
+      const message = toOutbound(payload, job.id);
+      // A test send's epoch travels with the message (its provenance) to the report about it.
+      if (ctx.breakerProbe) message.breakerEpoch = ctx.breakerProbe.epoch;
+      result = await via.deliver(message, { pool: ctx.pool!, bindIp: ctx.ip!.address, ehloName: ctx.ip!.ehloName });
     } catch (err) {
       // The engine failed, not the recipient: treat as temporary, without touching the destination's
       // state; nothing was sent, so every reservation (the warming slot too) is given back.

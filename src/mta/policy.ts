@@ -78,6 +78,11 @@ export interface MtaPolicy {
     halfOpenProbes: number;
     /** Deferral for sends beyond the probes while half-open results are pending. */
     halfOpenDeferMs: number;
+    /**
+     * After the clean probes closed the breaker, a bounce or complaint about one of them that
+     * arrives within this long (a DSN, an ARF report) still reopens it.
+     */
+    probationMs: number;
   };
   orgLimits: {
     daily: number;
@@ -165,6 +170,9 @@ export interface MtaPolicy {
      * changes nothing). Large mailbox providers refuse mail from such addresses (Gmail 5.7.25).
      */
     requirePtr: boolean;
+    /** GET /ip-reputation/:ip: mark changes kept per address, and UTC days of sending shown. */
+    historyEntries: number;
+    historyDays: number;
   };
   /** Events to the backend through the outbox (src/mta/outbox/). */
   events: {
@@ -330,6 +338,8 @@ export const DEFAULT_POLICY: MtaPolicy = {
     reopenCooldownMs: 60 * MINUTE,
     halfOpenProbes: 5,
     halfOpenDeferMs: MINUTE,
+    // Most DSNs come within minutes, feedback loops' complaints within hours.
+    probationMs: 24 * HOUR,
   },
   orgLimits: { daily: 50_000, hourly: 5_000, dailyTtlMs: 48 * HOUR, hourlyTtlMs: 2 * HOUR },
   smtpIntel: {
@@ -371,6 +381,8 @@ export const DEFAULT_POLICY: MtaPolicy = {
     causeComplaintRate: 0.001,
     causeSpikeFactor: 3,
     requirePtr: true,
+    historyEntries: 50,
+    historyDays: 7,
   },
   // The retry schedule of the former `mta-events` queue: 7 posts over about 2.7 hours.
   events: {

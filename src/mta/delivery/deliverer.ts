@@ -203,7 +203,7 @@ export function createDeliverer(o: DelivererOptions): DeliveryEngine {
     // write and the DKIM signature run while a connection is being found; the provenance row
     // is still durable before the message leaves (awaited right before sending).
     const recorded = provenance
-      .record({ sendId: msg.sendId, messageId: msg.messageId, organizationId: msg.organizationId, campaignId: msg.campaignId ?? null, recipient: to.address.toLowerCase(), domain, ip: route.bindIp || null, sentAt: now })
+      .record({ sendId: msg.sendId, messageId: msg.messageId, organizationId: msg.organizationId, campaignId: msg.campaignId ?? null, recipient: to.address.toLowerCase(), domain, ip: route.bindIp || null, sentAt: now, breakerEpoch: msg.breakerEpoch ?? null })
       .then(
         () => null,
         (err: Error) => err,

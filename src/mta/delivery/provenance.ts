@@ -24,6 +24,8 @@ export interface Provenance {
   ip: string | null;
   /** Epoch ms. */
   sentAt: number;
+  /** A half-open breaker's test send: the breaker epoch it tests (its late bounce or complaint reopens). */
+  breakerEpoch?: number | null;
 }
 
 /** What a verified token names: a send id, or (legacy form) a message id. */
@@ -62,11 +64,11 @@ export class ProvenanceStore {
     for (const r of batch) last.set(r.sendId, r);
     const rows = [...last.values()];
     await this.db.query(
-      `INSERT INTO mta_send_provenance (send_id, message_id, organization_id, campaign_id, recipient, domain, sent_at, ip)
-       SELECT * FROM unnest($8::text[], $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[])
+      `INSERT INTO mta_send_provenance (send_id, message_id, organization_id, campaign_id, recipient, domain, sent_at, ip, breaker_epoch)
+       SELECT * FROM unnest($8::text[], $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $9::int[])
        ON CONFLICT (send_id) DO UPDATE SET message_id = EXCLUDED.message_id, organization_id = EXCLUDED.organization_id,
          campaign_id = EXCLUDED.campaign_id, recipient = EXCLUDED.recipient, domain = EXCLUDED.domain,
-         sent_at = EXCLUDED.sent_at, ip = EXCLUDED.ip`,
+         sent_at = EXCLUDED.sent_at, ip = EXCLUDED.ip, breaker_epoch = EXCLUDED.breaker_epoch`,
       [
         rows.map((r) => r.messageId),
         rows.map((r) => r.organizationId),
@@ -76,6 +78,7 @@ export class ProvenanceStore {
         rows.map((r) => new Date(r.sentAt)),
         rows.map((r) => r.ip),
         rows.map((r) => r.sendId),
+        rows.map((r) => r.breakerEpoch ?? null),
       ],
     );
     return new Array<void>(batch.length);
@@ -100,12 +103,13 @@ export class ProvenanceStore {
       domain: string;
       ip: string | null;
       sent_at: Date;
+      breaker_epoch: number | null;
     }>({
       name: 'mta_provenance_lookup',
-      text: `SELECT send_id, message_id, organization_id, campaign_id, recipient, domain, ip, sent_at
+      text: `SELECT send_id, message_id, organization_id, campaign_id, recipient, domain, ip, sent_at, breaker_epoch
                FROM mta_send_provenance WHERE send_id = ANY($1::text[]) AND sent_at > $3
              UNION ALL
-             SELECT NULL, message_id, organization_id, campaign_id, recipient, domain, ip, sent_at
+             SELECT NULL, message_id, organization_id, campaign_id, recipient, domain, ip, sent_at, NULL::integer
                FROM mta_send_provenance_legacy WHERE message_id = ANY($2::text[]) AND sent_at > $3`,
       values: [ids(false), ids(true), new Date(this.clock.now() - DELIVERY.provenanceRetentionMs)],
     });
@@ -113,7 +117,7 @@ export class ProvenanceStore {
     const found = new Map(
       res.rows.map((r) => [
         r.send_id === null ? key(r.message_id, true) : key(r.send_id, false),
-        { sendId: r.send_id, messageId: r.message_id, organizationId: r.organization_id, campaignId: r.campaign_id, recipient: r.recipient, domain: r.domain, ip: r.ip, sentAt: r.sent_at.getTime() },
+        { sendId: r.send_id, messageId: r.message_id, organizationId: r.organization_id, campaignId: r.campaign_id, recipient: r.recipient, domain: r.domain, ip: r.ip, sentAt: r.sent_at.getTime(), breakerEpoch: r.breaker_epoch },
       ]),
     );
     return refs.map((r) => found.get(key(r.id, r.legacy)) ?? null);

@@ -27,6 +27,8 @@ export interface OutboundMessage {
   dkimDomain: string;
   /** Optional provenance for bounce and complaint attribution. */
   campaignId?: string | null;
+  /** Set for a half-open breaker's test send: its epoch, kept in the provenance for late reports. */
+  breakerEpoch?: number;
   /**
    * A pre-built MIME entity (its Content-* headers, a blank line, its body; ASCII, CRLF) that
    * replaces the html/text body: the MTA's own reports (TLS-RPT `multipart/report`). Never

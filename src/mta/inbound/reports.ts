@@ -201,7 +201,8 @@ export class FeedbackProcessor {
       { ...row, outcome: 'applied', reason: 'feedback', hard: null },
       { kind: 'complaint', keySuffix: '', event: this.event(MTA_EVENT.complained, data, COMPLAINT_FILL), suppress: 'complaint' },
       source,
-      (prov) => this.d.breaker.record(prov.organizationId, 'c'),
+      // A test send's complaint reopens a half-open breaker (its epoch is in the provenance).
+      (prov) => this.d.breaker.record(prov.organizationId, 'c', prov.breakerEpoch ?? undefined),
     );
   }
 
@@ -248,7 +249,7 @@ export class FeedbackProcessor {
       },
       source,
       async (prov) => {
-        if (hard) return d.breaker.record(prov.organizationId, 'b');
+        if (hard) return d.breaker.record(prov.organizationId, 'b', prov.breakerEpoch ?? undefined);
         // Like a synchronous 4xx: the domain's SMTP intel and the sending IP's throttle.
         await d.intel.record(prov.domain, 'temp');
         if (prov.ip) await d.throttle.onResult(prov.ip, d.profiles.resolve(prov.domain), prov.domain, 'temp');

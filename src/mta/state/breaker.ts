@@ -14,6 +14,11 @@ export interface BreakerState {
   /** Open: how long until half-open. */
   cooldownMs: number;
   trip?: TripInfo;
+  /**
+   * Closed by clean test sends: until `until`, a bounce or complaint that arrives later for
+   * one of them (tested `epoch`) still reopens, with the trip that opened it.
+   */
+  probation?: { epoch: number; until: number; trip?: TripInfo };
 }
 
 export interface TripInfo {
@@ -85,14 +90,20 @@ export class OrgBreaker {
   }
 
   /**
-   * Records a send outcome. `probeEpoch` is set for a half-open test send: a bounce or
-   * complaint reopens (longer cooldown), the last of the clean probes closes.
+   * Records a send outcome. `probeEpoch` is set for a half-open test send (at SMTP time, and
+   * from its provenance for a DSN or complaint arriving later): a bounce or complaint reopens
+   * (longer cooldown), also during the probation after the clean probes closed it; the last
+   * of the clean probes closes.
    */
   async record(orgId: string, marker: BreakerMarker, probeEpoch?: number): Promise<void> {
     const b = this.policy.breaker;
     // Called together: one round trip, and the store still pushes before it reads the state.
     const [ring, s] = await Promise.all([this.coord.ringPush(this.ringKey(orgId), marker, b.ringSize), this.state(orgId)]);
     const now = this.clock.now();
+    if (probeEpoch !== undefined && marker !== 'd' && s.state === 'closed' && s.probation?.epoch === probeEpoch && now < s.probation.until) {
+      await this.transition(orgId, s, { state: 'open', epoch: s.epoch + 1, since: now, cooldownMs: b.reopenCooldownMs, trip: s.probation.trip });
+      return;
+    }
     if (s.state === 'half_open' && probeEpoch === s.epoch) {
       if (marker !== 'd') {
         await this.transition(orgId, s, { state: 'open', epoch: s.epoch + 1, since: now, cooldownMs: b.reopenCooldownMs, trip: s.trip });
@@ -100,7 +111,8 @@ export class OrgBreaker {
       }
       const clean = await this.coord.incr(`mta:breaker:clean:${orgId}:${s.epoch}`, 1, COUNTER_TTL_MS);
       if (clean >= b.halfOpenProbes) {
-        const next = await this.transition(orgId, s, { state: 'closed', epoch: s.epoch + 1, since: now, cooldownMs: 0 });
+        const probation = { epoch: s.epoch, until: now + b.probationMs, ...(s.trip ? { trip: s.trip } : {}) };
+        const next = await this.transition(orgId, s, { state: 'closed', epoch: s.epoch + 1, since: now, cooldownMs: 0, probation });
         // Old markers would trip the fresh breaker again at once.
         if (next.state === 'closed' && next.epoch === s.epoch + 1) await this.coord.ringClear(this.ringKey(orgId));
       }

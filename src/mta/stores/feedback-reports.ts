@@ -104,7 +104,7 @@ const WRITE_SQL = `WITH u AS (
      SELECT * FROM unnest(${TEXT.map((_, n) => `${p(n + 1)}::text[]`).join(', ')}, ${p(HARD)}::boolean[])
        WITH ORDINALITY AS u(${TEXT.join(', ')}, hard, n)),
    r AS (
-     SELECT u.*, pv.send_id AS p_send, pv.campaign_id AS p_campaign, pv.domain AS p_domain, pv.ip AS p_ip, pv.sent_at AS p_sent_at,
+     SELECT u.*, pv.send_id AS p_send, pv.campaign_id AS p_campaign, pv.domain AS p_domain, pv.ip AS p_ip, pv.sent_at AS p_sent_at, pv.breaker_epoch AS p_breaker,
             pv.message_id IS NULL AND u.fx_kind IS NOT NULL AS expired,
             COALESCE(pv.message_id, u.message_id) AS msg,
             CASE WHEN u.fx_kind IS NULL THEN u.organization_id ELSE pv.organization_id END AS org,
@@ -113,10 +113,10 @@ const WRITE_SQL = `WITH u AS (
                  THEN CASE WHEN pv.send_id IS NOT NULL THEN u.fx_kind || '/' || pv.send_id
                            ELSE u.fx_kind || ':' || pv.organization_id || ':' || pv.message_id END || u.key_suffix END AS dedupe_key
        FROM u LEFT JOIN LATERAL (
-              SELECT p.send_id, p.message_id, p.organization_id, p.campaign_id, p.recipient, p.domain, p.ip, p.sent_at
+              SELECT p.send_id, p.message_id, p.organization_id, p.campaign_id, p.recipient, p.domain, p.ip, p.sent_at, p.breaker_epoch
                 FROM mta_send_provenance p WHERE u.send_id IS NOT NULL AND p.send_id = u.send_id AND p.sent_at > ${p(HORIZON)}::timestamptz
               UNION ALL
-              SELECT NULL, l.message_id, l.organization_id, l.campaign_id, l.recipient, l.domain, l.ip, l.sent_at
+              SELECT NULL, l.message_id, l.organization_id, l.campaign_id, l.recipient, l.domain, l.ip, l.sent_at, NULL::integer
                 FROM mta_send_provenance_legacy l WHERE u.send_id IS NULL AND l.message_id = u.message_id AND l.sent_at > ${p(HORIZON)}::timestamptz
             ) pv ON u.fx_kind IS NOT NULL),
    f AS (
@@ -139,7 +139,7 @@ const WRITE_SQL = `WITH u AS (
      ON CONFLICT (id) DO NOTHING RETURNING id, event, body)
    SELECT 'prov' AS t, r.n, r.dedupe_key AS k,
           json_build_object('sendId', r.p_send, 'messageId', r.msg, 'organizationId', r.org, 'campaignId', r.p_campaign, 'recipient', r.rcpt, 'domain', r.p_domain, 'ip', r.p_ip,
-                            'sentAt', (extract(epoch FROM r.p_sent_at) * 1000)::float8)::text AS v
+                            'sentAt', (extract(epoch FROM r.p_sent_at) * 1000)::float8, 'breakerEpoch', r.p_breaker)::text AS v
      FROM r WHERE r.fx_kind IS NOT NULL AND NOT r.expired
    UNION ALL SELECT 'rep', NULL, dedupe_key, NULL FROM rep
    UNION ALL SELECT 'sup', NULL, NULL, address FROM sup
