@@ -34,7 +34,7 @@ try {
   let events = 0;
   const sink: MtaEvents = { emit: async () => void events++ };
   const monitor = new BlocklistMonitor({
-    coord, clock, pools, ipStatus: new IpStatus(coord, clock, pools, 0), resolver, events: sink, policy,
+    coord, clock, pools, ipStatus: new IpStatus(coord, clock, pools, { cacheMs: 0 }), resolver, events: sink, policy,
     zones: { critical: ZONES[0]!, warning: ZONES.slice(1) }, enabled: true, log: silentLogger,
     reverseDns: (ip, ehlo) => forwardConfirmed(ip, ehlo, { servers: [dns.servers], timeoutMs: policy.queryTimeoutMs }),
   });

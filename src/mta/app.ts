@@ -172,7 +172,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     mailboxes: new MailboxCacheStore(s.db, log, feed, s.clock),
     feedbackReports: new FeedbackReportStore(s.db, s.clock, policy.events.leaseMs, suppression),
   };
-  const ipStatus = new IpStatus(s.coord, s.clock, pools);
+  const ipStatus = new IpStatus(s.coord, s.clock, pools, { historyEntries: policy.reputation.historyEntries });
 
   // Back-pressure: the queue depth from PostgreSQL at most once a second, plus this instance's own enqueues meanwhile.
   let depth = { value: 0, at: -Infinity };

@@ -3,10 +3,12 @@ import { Type } from '@sinclair/typebox';
 import { notFound } from '../../shared/errors.js';
 import type { HttpApp } from '../../shared/http.js';
 import type { MtaContext } from '../context.js';
+import { identityReadiness } from '../reputation/rdns.js';
+import { DAY_MS, utcDayStart } from '../state/keys.js';
 import { Data, ErrorResponse, masterErrors } from './schemas.js';
 
 const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(t: T) => Type.Union([t, Type.Null()]);
-const IpView = Type.Object({
+const ipViewProps = {
   ip: Type.String(),
   ehloName: Type.String(),
   pools: Type.Array(Type.String()),
@@ -64,6 +66,40 @@ const IpView = Type.Object({
     observedAt: Nullable(Type.String()),
   }),
   blockReasons: Type.Array(Type.String()),
+};
+const IpView = Type.Object(ipViewProps);
+/** GET /ip-reputation/:ip: the list entry, plus identity readiness asked of DNS now and the address's history. */
+const IpDetail = Type.Object({
+  ...ipViewProps,
+  identity: Type.Object(
+    {
+      ehloName: Type.String(),
+      status: Type.String({ description: 'forward-confirmed reverse DNS: confirmed, mismatch, missing, or unknown (the resolver failed)' }),
+      ptr: Type.Array(Type.String(), { description: 'every PTR name of the address' }),
+      forwardConfirmed: Type.Array(Type.String(), { description: 'the PTR names whose A/AAAA include the address' }),
+      ehloMatchesPtr: Nullable(Type.Boolean({ description: 'the EHLO name is a forward-confirmed PTR name' })),
+      ehloResolves: Nullable(Type.Boolean({ description: "the EHLO name's A/AAAA include the address" })),
+      ready: Type.Boolean({ description: 'confirmed, the EHLO name matches the PTR and resolves to the address' }),
+      problems: Type.Array(Type.String()),
+      checkedAt: Type.String(),
+    },
+    { description: 'asked of DNS_SERVERS at the request; `reverseDns` is the last sweep\'s' },
+  ),
+  history: Type.Object({
+    marks: Type.Array(
+      Type.Object({ at: Type.String(), action: Type.String({ description: 'blocked or unblocked' }), reason: Type.String(), zone: Nullable(Type.String()) }),
+      { description: 'block marks set and lifted (monitor or operator), newest first' },
+    ),
+    audit: Nullable(
+      Type.Object(
+        { at: Type.String(), verdict: Type.String(), lowConfidence: Type.Boolean(), headline: Type.String(), nextAction: Type.String() },
+        { description: "the last address audit's verdict (GET /ip-audit has the whole entry)" },
+      ),
+    ),
+    days: Type.Array(Type.Object({ day: Type.String({ description: 'UTC day, YYYY-MM-DD' }), outcomes: Type.Record(Type.String(), Type.Integer()) }), {
+      description: 'attempt outcomes from this address per UTC day, oldest first (days without sending are left out)',
+    }),
+  }),
 });
 const SweepView = Type.Object({
   ip: Type.String(),
@@ -191,15 +227,36 @@ export async function ipReputationRoutes(app: HttpApp, m: MtaContext): Promise<v
       schema: {
         tags,
         security,
-        summary: 'One sending IP',
+        summary: 'One sending IP in full: block reasons, blocklist zones, identity readiness (asked of DNS now) and history',
         params: Type.Object({ ip: Type.String({ minLength: 1, maxLength: 64 }) }),
-        response: { 200: Data(IpView), 404: ErrorResponse, ...masterErrors },
+        response: { 200: Data(IpDetail), 404: ErrorResponse, ...masterErrors },
       },
     },
     async (req) => {
       const [v] = await views(req.params.ip);
       if (!v) throw notFound(`${req.params.ip} is not a configured sending IP`, 'ip_not_configured');
-      return { data: v };
+      const now = m.services.clock.now();
+      const iso = (t: number) => new Date(t).toISOString();
+      const p = m.policy.reputation;
+      const [identity, marks, audit, days] = await Promise.all([
+        identityReadiness(v.ip, v.ehloName, { servers: m.services.config.DNS_SERVERS ?? [], timeoutMs: p.queryTimeoutMs }),
+        m.state.ipStatus.history(v.ip),
+        m.reputation.audit.stored(),
+        // Today and the whole UTC days before it.
+        m.stores.logs.byDay(v.ip, utcDayStart(now) - (p.historyDays - 1) * DAY_MS),
+      ]);
+      const a = audit?.entries.find((e) => e.ip === v.ip);
+      return {
+        data: {
+          ...v,
+          identity: { ...identity, checkedAt: iso(now) },
+          history: {
+            marks: marks.map((c) => ({ ...c, at: iso(c.at) })),
+            audit: a ? { at: a.at, verdict: a.verdict, lowConfidence: a.lowConfidence, headline: a.headline, nextAction: a.nextAction } : null,
+            days,
+          },
+        },
+      };
     },
   );
 }

@@ -9,12 +9,21 @@ export interface IpBlock {
   since: number;
 }
 
+/** One change of an address's mark or identity failure, for GET /ip-reputation/:ip's history. */
+export interface IpMarkChange {
+  at: number;
+  action: 'blocked' | 'unblocked';
+  reason: string;
+  zone: string | null;
+}
+
 const KEY = 'persist:mta:ips:blocked';
 const IDENTITY_KEY = 'persist:mta:ips:identity';
 
 /** Identity readiness failures select_ip honours (mta.md phase 8: "excluding IPs failing readiness checks"). */
 export const IDENTITY_REASON = { ptrMissing: 'ptr_missing', ptrMismatch: 'ptr_mismatch' } as const;
 export type IdentityFailure = (typeof IDENTITY_REASON)[keyof typeof IDENTITY_REASON];
+const historyKey = (ip: string) => `persist:mta:ips:history:${ip}`;
 
 /**
  * Readiness of sending IPs for select_ip: configured, not marked blocked, and not failing an
@@ -30,8 +39,12 @@ export class IpStatus {
     private readonly coord: Coordination,
     private readonly clock: Clock,
     private readonly pools: SendingPools,
-    private readonly cacheMs = 1_000,
+    private readonly opts: { cacheMs?: number; historyEntries?: number } = {},
   ) {}
+
+  private get cacheMs(): number {
+    return this.opts.cacheMs ?? 1_000;
+  }
 
   /** Every address out of its pool, with the reason: a mark, else an identity failure. */
   async blocked(): Promise<Record<string, IpBlock>> {
@@ -56,16 +69,31 @@ export class IpStatus {
 
   async markBlocked(ip: string, reason: string, zone?: string): Promise<void> {
     const map = { ...((await this.coord.getJson<Record<string, IpBlock>>(KEY)) ?? {}) };
+    const was = map[ip];
     map[ip] = zone ? { reason, zone, since: this.clock.now() } : { reason, since: this.clock.now() };
     await this.coord.setJson(KEY, map);
     this.cached = null;
+    if (was?.reason !== reason || was?.zone !== zone) await this.note(ip, { at: this.clock.now(), action: 'blocked', reason, zone: zone ?? null });
   }
 
   async unblock(ip: string): Promise<void> {
     const map = { ...((await this.coord.getJson<Record<string, IpBlock>>(KEY)) ?? {}) };
+    const was = map[ip];
     delete map[ip];
     await this.coord.setJson(KEY, map);
     this.cached = null;
+    if (was) await this.note(ip, { at: this.clock.now(), action: 'unblocked', reason: was.reason, zone: was.zone ?? null });
+  }
+
+  /** The address's mark changes, newest first (the last `historyEntries`). */
+  async history(ip: string): Promise<IpMarkChange[]> {
+    return [...((await this.coord.getJson<IpMarkChange[]>(historyKey(ip))) ?? [])].reverse();
+  }
+
+  private async note(ip: string, change: IpMarkChange): Promise<void> {
+    const keep = this.opts.historyEntries ?? 50;
+    const list = [...((await this.coord.getJson<IpMarkChange[]>(historyKey(ip))) ?? []), change];
+    await this.coord.setJson(historyKey(ip), list.slice(-keep));
   }
 
   /**
@@ -80,6 +108,9 @@ export class IpStatus {
     for (const [ip, reason] of Object.entries(failing)) next[ip] = before[ip]?.reason === reason ? before[ip]! : { reason, since: this.clock.now() };
     await this.coord.setJson(IDENTITY_KEY, next);
     this.cached = null;
+    const at = this.clock.now();
+    for (const [ip, b] of Object.entries(next)) if (before[ip] !== b) await this.note(ip, { at, action: 'blocked', reason: b.reason, zone: null });
+    for (const [ip, b] of Object.entries(before)) if (!next[ip]) await this.note(ip, { at, action: 'unblocked', reason: b.reason, zone: null });
   }
 
   /**

@@ -168,6 +168,18 @@ export class DeliveryLogStore {
     return out;
   }
 
+  /** One address's outcomes per UTC day since `from` (epoch ms), oldest day first. */
+  async byDay(ip: string, from: number): Promise<{ day: string; outcomes: Record<string, number> }[]> {
+    const res = await this.db.query<{ day: string; status: string; n: string }>(
+      `SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, status, count(*)::bigint AS n
+         FROM mta_delivery_log WHERE ip = $1 AND created_at >= $2 GROUP BY 1, 2 ORDER BY 1`,
+      [ip, new Date(from)],
+    );
+    const days = new Map<string, Record<string, number>>();
+    for (const r of res.rows) days.set(r.day, { ...days.get(r.day), [r.status]: Number(r.n) });
+    return [...days].map(([day, outcomes]) => ({ day, outcomes }));
+  }
+
   /** Deletes rows older than `before` (epoch ms), in batches; returns how many. */
   async prune(before: number): Promise<number> {
     let total = 0;
