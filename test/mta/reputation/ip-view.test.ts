@@ -66,8 +66,8 @@ describe('GET /ip-reputation/:ip', () => {
       problems: [],
       checkedAt: new Date(t.clock.now()).toISOString(),
     });
-    // No sweep has run: the list view's last-sweep reverse DNS is not observed, the identity is.
-    expect(ready.reverseDns.status).toBe('not_observed');
+    // No sweep has run: the list view's last-sweep reverse DNS has no answer yet, the identity has.
+    expect(ready.reverseDns).toMatchObject({ status: 'unknown', observedAt: null });
 
     const other = await view('127.0.0.3');
     expect(other.identity).toMatchObject({ status: 'confirmed', ptr: ['other.example.test'], forwardConfirmed: ['other.example.test'], ehloMatchesPtr: false, ehloResolves: false, ready: false });
@@ -101,6 +101,8 @@ describe('GET /ip-reputation/:ip', () => {
       { at: listedAt, action: 'blocked', reason: 'dnsbl_listed', zone: 'zen.spamhaus.org' },
     ]);
     expect((await view('127.0.0.2')).history.marks.filter((m: { reason: string }) => m.reason === 'dnsbl_listed')).toEqual([]);
+    // An identity exclusion a sweep set (no PTR for 127.0.0.4) is in the history too.
+    expect((await view('127.0.0.4')).history.marks).toEqual([{ at: listedAt, action: 'blocked', reason: 'ptr_missing', zone: null }]);
   });
 
   it('history: the last audit verdict and the outcomes of the last 7 UTC days', async () => {
