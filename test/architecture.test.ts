@@ -2,8 +2,9 @@
  * The layout's rules, checked: dependencies point runtime → backend | mta → shared, and the
  * dashboard (src/dashboard, the browser app) imports no server code at run time; the
  * backend and the MTA never import each other (they talk over HTTP); no runtime import cycles;
- * each database function has one source, its file in db/functions;
- * one address grammar; configuration read as values, never written after it is prepared.
+ * each database function has one source, its file in db/functions; one address grammar, one
+ * HTML escaper, one DNS resolver factory; configuration read as values, never written after it
+ * is prepared.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -91,6 +92,27 @@ describe('architecture', () => {
     const violations = [...found].filter(([f]) => !pending.includes(f)).map(([f, why]) => `${relative(ROOT, f)}: ${why.join('; ')}`);
     expect(violations).toEqual([]);
     expect(pending.filter((f) => !found.has(f)).map((f) => `${relative(ROOT, f)} no longer needs its exception`)).toEqual([]);
+  });
+
+  /** `file:line: text` of each line of each source file (but `owner`) that matches one of `signs`. */
+  const linesMatching = (owner: string, signs: RegExp[]) =>
+    files
+      .filter((f) => f !== owner)
+      .flatMap((f) => readFileSync(f, 'utf8').split('\n').flatMap((line, i) => (signs.some((re) => re.test(line)) ? [`${relative(ROOT, f)}:${i + 1}: ${line.trim()}`] : [])));
+
+  it('one HTML escaper: only src/shared/html.ts defines an escape*Html/Attr/Xml function or writes an entity table', () => {
+    // The dashboard (Preact) escapes through the DOM and may not import it; it needs none.
+    const signs = [
+      /\b(?:function|const|let|var)\s+\w*(?:escape\w*(?:html|xml|attr)|html\w*escape)\w*\b/i,
+      // An entity as a replacement: `'&amp;'`, `'&#39;'`, or a numeric `&#${…};`.
+      /['"`]&(?:amp|lt|gt|quot|apos|#0*39|#x27);['"`]|&#\$\{/,
+    ];
+    expect(linesMatching(join(SRC, 'shared/html.ts'), signs)).toEqual([]);
+  });
+
+  it('one DNS resolver factory: only src/shared/net/resolver.ts constructs a Resolver or sets its servers', () => {
+    const signs = [/\bnew\s+(?:[\w$]+\.)*Resolver\s*\(/, /\.setServers\s*\(/, /\bimport\s*\{[^}]*\bResolver\b[^}]*\}\s*from\s*'(?:node:)?dns(?:\/promises)?'/];
+    expect(linesMatching(join(SRC, 'shared/net/resolver.ts'), signs)).toEqual([]);
   });
 
   it('the MTA pipeline is ten phase files in order', () => {

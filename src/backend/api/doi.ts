@@ -10,6 +10,7 @@ import { hostname } from 'node:os';
 import { formatMailbox, normalizeAddress, parseMailbox } from '../../shared/mail/address.js';
 import type { SendOutcome, SendService } from './sending/send.js';
 import { DOUBLE_OPT_IN } from './policy.js';
+import { escapeHtml } from '../../shared/html.js';
 
 export const DOI_TOKEN_PURPOSE = 'doi';
 
@@ -32,8 +33,6 @@ export function readDoiToken(signer: Signer, token: string, nowMs: number): Veri
 export function doiConfirmationUrl(baseUrl: string, token: string): string {
   return `${baseUrl.replace(/\/+$/, '')}/confirm/doi?token=${encodeURIComponent(token)}`;
 }
-
-const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
 export function doiEmail(o: { topicName: string; organizationName: string; url: string }): { subject: string; html: string; text: string } {
   const subject = `Please confirm your subscription to ${o.topicName}`;

@@ -5,12 +5,11 @@
  * Hand-written because it is a dozen lines and a template engine would bring logic (loops,
  * partials) that user-supplied templates must not run.
  */
+import { escapeHtml } from '../../shared/html.js';
+
 const VAR = /\{\{\s*([A-Za-z_][A-Za-z0-9_.-]{0,99})\s*\}\}/g;
 
 export type Variables = Record<string, string | number | boolean | null>;
-
-const escapeHtml = (s: string) =>
-  s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 
 export function referencedVariables(...parts: (string | undefined)[]): Set<string> {
   const names = new Set<string>();

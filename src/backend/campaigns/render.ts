@@ -12,7 +12,7 @@
  * instead of an HTML parser: a parser would re-serialize the customer's markup, and the
  * message must stay byte-for-byte as designed everywhere except in those attribute values.
  */
-import { escapeHtml } from '../pages/layout.js';
+import { escapeHtml } from '../../shared/html.js';
 import { isTrackableUrl, type LinkSigner } from '../public/tracked-links.js';
 
 const HREF = /(<(?:a|area)\b[^>]*?\shref\s*=\s*)(?:"([^"]*)"|'([^']*)')/gi;

@@ -7,6 +7,7 @@
  * sandboxed iframe without scripts).
  */
 import { createHash } from 'node:crypto';
+import { escapeHtml } from '../../shared/html.js';
 
 const CSS = `
 :root{color-scheme:light dark;--fg:#1c1c1e;--muted:#5b5b66;--bg:#f6f6f8;--card:#fff;--line:#d9d9de;--accent:#1f5fbf;--accent-fg:#fff;--danger:#b3261e;--ok:#1e7a35}
@@ -58,11 +59,6 @@ export interface PageSpec {
 export interface RenderedPage {
   html: string;
   headers: Record<string, string>;
-}
-
-/** Escapes text for HTML element content and attribute values. */
-export function escapeHtml(s: string): string {
-  return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 }
 
 export function renderPage(p: PageSpec): RenderedPage {

@@ -3,9 +3,9 @@
  * Node's resolver reports TTLs for A/AAAA but not for MX, so MX answers are kept for
  * DELIVERY.mxCacheMs (documented in docs/delivery.md); addresses use their own TTL.
  */
-import { promises as dns } from 'node:dns';
 import { isIP } from 'node:net';
 import type { Clock } from '../../shared/clock.js';
+import { createResolver, type Resolver } from '../../shared/net/resolver.js';
 import { DELIVERY } from './settings.js';
 
 export interface MxHost {
@@ -68,7 +68,7 @@ export interface MxResolverOptions {
 }
 
 export class MxResolver {
-  private readonly resolver: dns.Resolver;
+  private readonly resolver: Resolver;
   private readonly clock: Clock;
   private readonly random: () => number;
   private readonly mx = new Map<string, Cached<{ kind: 'mx'; records: { exchange: string; priority: number }[] } | Exclude<MxRoute, { kind: 'hosts' }> | { kind: 'nomx' }>>();
@@ -76,8 +76,7 @@ export class MxResolver {
   private readonly inflight = new Map<string, Promise<unknown>>();
 
   constructor(opts: MxResolverOptions) {
-    this.resolver = new dns.Resolver({ timeout: DELIVERY.dnsTimeoutMs, tries: DELIVERY.dnsTries });
-    if (opts.servers?.length) this.resolver.setServers(opts.servers);
+    this.resolver = createResolver({ servers: opts.servers, timeoutMs: DELIVERY.dnsTimeoutMs, tries: DELIVERY.dnsTries });
     this.clock = opts.clock;
     this.random = opts.random ?? Math.random;
   }

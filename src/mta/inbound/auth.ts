@@ -5,9 +5,9 @@
  * the report and never a reason to drop it: the HMAC token is the anchor of trust, and many
  * mailbox providers' reports fail DMARC by construction (a DSN's From is the reporter's MTA).
  */
-import { promises as dns } from 'node:dns';
 import { authenticate } from 'mailauth';
 import type { InboundAuthentication } from '../../shared/contracts/mta.js';
+import { createResolver } from '../../shared/net/resolver.js';
 import type { AuthResults } from './reports.js';
 import type { ReceivedMessage } from './server.js';
 
@@ -18,8 +18,7 @@ const NONE: AuthResults = { spf: 'none', dkim: 'none', dmarc: 'none' };
  * query cost more than the query (bench:inbound, docs/performance-history.md).
  */
 function dnsResolver(servers: readonly string[] | undefined): (name: string, rrtype: string) => Promise<unknown> {
-  const r = new dns.Resolver({ timeout: 2_000, tries: 2 });
-  if (servers?.length) r.setServers([...servers]);
+  const r = createResolver({ servers, timeoutMs: 2_000, tries: 2 });
   return (name, rrtype) => r.resolve(name, rrtype as 'TXT');
 }
 

@@ -4,9 +4,9 @@
  * Node's c-ares resolver through DNS_SERVERS: it already speaks DNS over UDP with timeouts and
  * maps every rcode to an error code, so only the retry policy and the answer table are ours.
  */
-import { promises as dns } from 'node:dns';
 import { isIPv4, isIPv6 } from 'node:net';
 import type { Clock } from '../../shared/clock.js';
+import { createResolver, type Resolver } from '../../shared/net/resolver.js';
 import type { MtaPolicy } from '../policy.js';
 
 export type DnsblState = 'listed' | 'clean' | 'unknown';
@@ -67,13 +67,12 @@ export interface DnsblResolverOptions {
 }
 
 export class DnsblResolver {
-  private readonly resolver: dns.Resolver;
+  private readonly resolver: Resolver;
   private readonly sleep: Sleep;
 
   constructor(private readonly opts: DnsblResolverOptions) {
     // tries: 1 — the attempts and their backoff are ours, so they follow the policy and the clock.
-    this.resolver = new dns.Resolver({ timeout: opts.policy.queryTimeoutMs, tries: 1 });
-    if (opts.servers?.length) this.resolver.setServers([...opts.servers]);
+    this.resolver = createResolver({ servers: opts.servers, timeoutMs: opts.policy.queryTimeoutMs, tries: 1 });
     this.sleep = opts.sleep ?? realSleep;
   }
 

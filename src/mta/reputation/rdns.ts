@@ -1,5 +1,5 @@
 /** Forward-confirmed reverse DNS of a sending IP, and whether it matches the EHLO name. */
-import { promises as dns } from 'node:dns';
+import { createResolver } from '../../shared/net/resolver.js';
 import { isIPv4 } from 'node:net';
 import { dnsblName } from './dnsbl.js';
 
@@ -30,8 +30,7 @@ export interface IdentityReadiness {
 
 /** Asks DNS now (GET /ip-reputation/:ip): the PTR names, which resolve back, and the EHLO name. */
 export async function identityReadiness(ip: string, ehloName: string, opts: { servers?: readonly string[]; timeoutMs: number }): Promise<IdentityReadiness> {
-  const r = new dns.Resolver({ timeout: opts.timeoutMs, tries: 2 });
-  if (opts.servers?.length) r.setServers([...opts.servers]);
+  const r = createResolver({ servers: opts.servers, timeoutMs: opts.timeoutMs, tries: 2 });
   const ehlo = ehloName.toLowerCase();
   const [rd, ehloAddrs] = await Promise.all([
     fcrdns(ip, ehlo, opts),
@@ -59,8 +58,7 @@ export async function forwardConfirmed(ip: string, ehloName: string, opts: { ser
 
 /** FCrDNS with the PTR names that resolved back (`confirmed`). */
 async function fcrdns(ip: string, ehloName: string, opts: { servers?: readonly string[]; timeoutMs: number }): Promise<ReverseDns & { confirmed: string[] }> {
-  const r = new dns.Resolver({ timeout: opts.timeoutMs, tries: 2 });
-  if (opts.servers?.length) r.setServers([...opts.servers]);
+  const r = createResolver({ servers: opts.servers, timeoutMs: opts.timeoutMs, tries: 2 });
   let ptr: string[];
   try {
     // A PTR query, not r.reverse(): c-ares's reverse falls back to the hosts file when DNS times

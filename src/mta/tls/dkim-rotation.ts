@@ -5,10 +5,10 @@
  * recommendation for keys older than 180 days. Rotation itself is operator-initiated
  * (`POST /dkim/:domain/rotate`).
  */
-import { promises as dns } from 'node:dns';
 import type { Clock } from '../../shared/clock.js';
 import type { Coordination } from '../../shared/coord/types.js';
 import type { Logger } from '../../shared/log.js';
+import { createResolver, type Resolver } from '../../shared/net/resolver.js';
 import { DELIVERY } from '../delivery/settings.js';
 import type { DkimKeyInfo, PgDkimKeyStore } from '../stores/dkim.js';
 import { dkimMatches } from './records.js';
@@ -27,14 +27,13 @@ export interface RotationOutcome {
 
 /** Whether `dnsName` publishes `dnsValue` (one TXT lookup through DNS_SERVERS). */
 export class DkimPublication {
-  private readonly resolver: dns.Resolver;
+  private readonly resolver: Resolver;
   /** `enabled: false` (tests without DNS_SERVERS, as deliveryEnabled): every state is 'unknown', no query leaves. */
   constructor(
     dnsServers?: readonly string[],
     private readonly enabled = true,
   ) {
-    this.resolver = new dns.Resolver({ timeout: DELIVERY.dnsTimeoutMs, tries: DELIVERY.dnsTries });
-    if (dnsServers?.length) this.resolver.setServers(dnsServers);
+    this.resolver = createResolver({ servers: dnsServers, timeoutMs: DELIVERY.dnsTimeoutMs, tries: DELIVERY.dnsTries });
   }
 
   async state(dnsName: string, dnsValue: string): Promise<PublishState> {

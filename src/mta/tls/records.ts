@@ -4,13 +4,13 @@
  * `mismatch` with the value found. DANE TLSA records of the domain's MX hosts are accepted
  * and their syntax checked (RFC 6698 §2, RFC 7671).
  */
-import { promises as dns } from 'node:dns';
 import { createSocket } from 'node:dgram';
 import { randomInt } from 'node:crypto';
 import { isIP } from 'node:net';
 import * as packet from 'dns-packet';
 import { SafeHttpClient } from '../../shared/net/client.js';
 import { createLookup } from '../../shared/net/resolve.js';
+import { createResolver, type Resolver } from '../../shared/net/resolver.js';
 import { DELIVERY } from '../delivery/settings.js';
 import { TRANSPORT } from './settings.js';
 import type { DkimKeyInfo } from '../stores/dkim.js';
@@ -110,7 +110,7 @@ export function checkTlsa(value: string): string | null {
 type Lookup = { kind: 'found'; values: string[] } | { kind: 'missing' } | { kind: 'error'; error: string };
 
 export class RecordChecker {
-  private readonly resolver: dns.Resolver;
+  private readonly resolver: Resolver;
 
   private readonly http: SafeHttpClient;
 
@@ -119,8 +119,7 @@ export class RecordChecker {
   /** `enabled: false` (tests without DNS_SERVERS, as deliveryEnabled): nothing is resolved, every record reads missing. */
   constructor(o: { dnsServers?: readonly string[]; allowHosts?: readonly string[]; ca?: string | Buffer | (string | Buffer)[]; enabled?: boolean } = {}) {
     this.enabled = o.enabled ?? true;
-    this.resolver = new dns.Resolver({ timeout: DELIVERY.dnsTimeoutMs, tries: DELIVERY.dnsTries });
-    if (o.dnsServers?.length) this.resolver.setServers(o.dnsServers);
+    this.resolver = createResolver({ servers: o.dnsServers, timeoutMs: DELIVERY.dnsTimeoutMs, tries: DELIVERY.dnsTries });
     this.http = new SafeHttpClient({ lookup: createLookup(o.dnsServers), allowHosts: o.allowHosts, ca: o.ca, maxSocketsPerHost: 1 });
   }
 

@@ -6,7 +6,6 @@
  * Only the leader (a coordination lease) sends, and `mta_tlsrpt_sent` makes each (day,
  * domain, endpoint) go out once whatever instance leads.
  */
-import { promises as dns } from 'node:dns';
 import { randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
 import { gzip as gzipCb } from 'node:zlib';
@@ -16,6 +15,7 @@ import type { Db } from '../../shared/db/pool.js';
 import type { Logger } from '../../shared/log.js';
 import { SafeHttpClient } from '../../shared/net/client.js';
 import { createLookup } from '../../shared/net/resolve.js';
+import { createResolver, type Resolver } from '../../shared/net/resolver.js';
 import { DELIVERY } from '../delivery/settings.js';
 import { TRANSPORT } from './settings.js';
 import { buildReport, domainsWithResults, parseTlsRptRecord, utcDay, type TlsRptReport } from './tlsrpt.js';
@@ -91,12 +91,11 @@ export interface TlsRptRun {
 }
 
 export class TlsRptJob {
-  private readonly resolver: dns.Resolver;
+  private readonly resolver: Resolver;
   private readonly http: SafeHttpClient;
 
   constructor(private readonly o: TlsRptJobOptions) {
-    this.resolver = new dns.Resolver({ timeout: DELIVERY.dnsTimeoutMs, tries: DELIVERY.dnsTries });
-    if (o.dnsServers?.length) this.resolver.setServers(o.dnsServers);
+    this.resolver = createResolver({ servers: o.dnsServers, timeoutMs: DELIVERY.dnsTimeoutMs, tries: DELIVERY.dnsTries });
     this.http = new SafeHttpClient({ lookup: createLookup(o.dnsServers), clock: o.clock, ca: o.ca, allowHosts: o.allowHosts, maxSocketsPerHost: 2 });
   }
 

@@ -14,13 +14,13 @@
  * mailauth parses the policy file; its MX matcher is not used because it lets `*.example.com`
  * match `a.b.example.com`, which RFC 8461 §4.1 forbids (the wildcard is one label).
  */
-import { promises as dns } from 'node:dns';
 import { parsePolicy } from 'mailauth/lib/mta-sts.js';
 import type { Clock } from '../../shared/clock.js';
 import type { Db } from '../../shared/db/pool.js';
 import type { Logger } from '../../shared/log.js';
 import { NetError, SafeHttpClient } from '../../shared/net/client.js';
 import { createLookup } from '../../shared/net/resolve.js';
+import { createResolver, type Resolver } from '../../shared/net/resolver.js';
 import { TargetRefused } from '../../shared/net/target.js';
 import { DELIVERY } from '../delivery/settings.js';
 import { TRANSPORT } from './settings.js';
@@ -110,13 +110,12 @@ export class StsResolver {
    * TRANSPORT.stsMemoMs instead of one per message; never kept past the row's own next check.
    */
   private readonly memo = new Map<string, { until: number; answer: StsLookup }>();
-  private readonly resolver: dns.Resolver;
+  private readonly resolver: Resolver;
   private readonly http: SafeHttpClient;
   private readonly port: number;
 
   constructor(private readonly o: StsResolverOptions) {
-    this.resolver = new dns.Resolver({ timeout: DELIVERY.dnsTimeoutMs, tries: DELIVERY.dnsTries });
-    if (o.dnsServers?.length) this.resolver.setServers(o.dnsServers);
+    this.resolver = createResolver({ servers: o.dnsServers, timeoutMs: DELIVERY.dnsTimeoutMs, tries: DELIVERY.dnsTries });
     this.http = new SafeHttpClient({ lookup: createLookup(o.dnsServers), clock: o.clock, ca: o.ca, allowHosts: o.allowHosts, maxSocketsPerHost: 2 });
     this.port = o.policyPort ?? 443;
   }

@@ -3,6 +3,7 @@
  * (tests point it at a loopback authoritative server through DNS_SERVERS, or pass a function).
  */
 import { promises as dns } from 'node:dns';
+import { createResolver } from './resolver.js';
 
 /** Every address a name resolves to (IPv4 first). Rejects with ResolveError. */
 export type LookupFn = (host: string, signal?: AbortSignal) => Promise<string[]>;
@@ -37,8 +38,7 @@ export const systemLookup: LookupFn = async (host) => {
 export function resolverLookup(servers: readonly string[], opts: { timeoutMs?: number; tries?: number } = {}): LookupFn {
   return async (host, signal) => {
     // One Resolver per lookup so cancel() on abort only cancels this lookup.
-    const resolver = new dns.Resolver({ timeout: opts.timeoutMs ?? 2_000, tries: opts.tries ?? 2 });
-    resolver.setServers([...servers]);
+    const resolver = createResolver({ servers, timeoutMs: opts.timeoutMs ?? 2_000, tries: opts.tries ?? 2 });
     const onAbort = () => resolver.cancel();
     signal?.addEventListener('abort', onAbort, { once: true });
     try {

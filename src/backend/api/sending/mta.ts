@@ -10,6 +10,7 @@ import { MtaBuiltJobSchema, type MtaBuiltJob as MtaJob, type MtaJobAccepted } fr
 import { badInput } from '../../../shared/errors.js';
 import { callProviderApi, type Post } from './http-call.js';
 import { stableMessageId } from '../../../shared/mail/message-id.js';
+import { escapeHtml } from '../../../shared/html.js';
 
 const jobCheck = TypeCompiler.Compile(MtaBuiltJobSchema);
 
@@ -68,5 +69,4 @@ export class MtaProvider implements EmailProvider {
   }
 }
 
-const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 const textToHtml = (t: string) => `<pre style="white-space:pre-wrap;font-family:inherit">${escapeHtml(t)}</pre>`;
