@@ -159,6 +159,29 @@ describe('architecture', () => {
     expect(offenders.map((f) => relative(ROOT, f))).toEqual([]);
   });
 
+  it('one derivation of an MTA enqueue: its group key is built only by toEnqueueInput (src/mta/job.ts)', () => {
+    // Reading a stored job's key (`job.groupKey`) or declaring it in a schema is not building one.
+    const builds = /\bgroupKey\s*:(?!\s*(?:Type\.|[\w.]+\.groupKey\b))|\bgroupKeyOf\(/;
+    const owner = join(SRC, 'mta/job.ts');
+    const offenders = files
+      .filter((f) => area(f) === 'mta' && f !== owner)
+      .flatMap((f) => readFileSync(f, 'utf8').split('\n').flatMap((line, i) => (builds.test(line) ? [`${relative(ROOT, f)}:${i + 1}: ${line.trim()}`] : [])));
+    expect(offenders).toEqual([]);
+    expect(readFileSync(owner, 'utf8')).toMatch(/export function toEnqueueInput\b/);
+  });
+
+  it('one outbox write path: rows go in by insertEventsSql (src/mta/outbox/store.ts), their JSON built in TypeScript, none assembled in SQL', () => {
+    const owner = join(SRC, 'mta/outbox/store.ts');
+    const mta = files.filter((f) => area(f) === 'mta');
+    const inserts = mta.filter((f) => f !== owner && /INSERT\s+INTO\s+mta_outbox\b/i.test(readFileSync(f, 'utf8')));
+    expect(inserts.map((f) => relative(ROOT, f))).toEqual([]);
+    // Every statement that writes events (insertEventsSql's callers) builds no JSON in SQL.
+    const sqlJson = /\b(?:jsonb?_build_object|jsonb?_agg|row_to_json|to_jsonb?|jsonb?_object)\s*\(/i;
+    const writers = mta.filter((f) => /\binsertEventsSql\b|\bmta_outbox\b/.test(readFileSync(f, 'utf8')));
+    expect(writers.length).toBeGreaterThan(2);
+    expect(writers.filter((f) => sqlJson.test(readFileSync(f, 'utf8'))).map((f) => relative(ROOT, f))).toEqual([]);
+  });
+
   it('configuration is read as values: no `() => …config.` lambda, no write to it outside src/shared/config.ts', () => {
     // It is frozen once prepared; what is known only later (the peers' URLs) is an option.
     const lambda = /\(\)\s*=>[^;\n]*?\bconfig\s*[.[]/;
