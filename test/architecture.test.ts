@@ -3,7 +3,8 @@
  * dashboard (src/dashboard, the browser app) imports no server code at run time; the
  * backend and the MTA never import each other (they talk over HTTP); no runtime import cycles;
  * each database function has one source, its file in db/functions;
- * one address grammar; configuration read as values, never written after it is prepared.
+ * one address grammar; configuration read as values, never written after it is prepared;
+ * one derivation of an MTA enqueue; one outbox write path, no event JSON assembled in SQL.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
