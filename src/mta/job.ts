@@ -47,6 +47,8 @@ export function toEnqueueInput<J extends EmailJob | MtaStoredRawJob>(policy: Mta
   return {
     groupKey: groupKeyOf(payload.ipPool, payload.domain),
     payload,
+    // Declared here, set by /send (its request's own JSON text): the input keeps one shape.
+    payloadJson: undefined,
     priority: band?.priority ?? policy.defaultPriority,
     orgId: org,
     // Length-prefixed: with a plain `org:id`, org "a:b" + id "c" and org "a" + id "b:c" collided.

@@ -46,8 +46,7 @@ export type ProvenanceField = 'messageId' | 'organizationId' | 'campaignId' | 'r
 
 /**
  * What a report attributed by token to `row.sendId` (a legacy token: `row.messageId`) does,
- * resolved against that send's provenance inside the write's own statement (one round trip,
- * no lookup before it).
+ * resolved against that send's provenance, which the store looks up just before the write.
  */
 export interface ReportEffect {
   /**
@@ -195,7 +194,7 @@ export class FeedbackReportStore {
     });
     const withEvent = rows.filter((r) => r.event !== null);
     const col = <T>(f: (r: Resolved) => T) => rows.map(f);
-    // One statement, so one round trip and an implicit transaction: the rows, the suppressions
+    // One statement, so an implicit transaction: the rows, the suppressions
     // (and their NOTIFY) and the events commit together or not at all.
     const res = await this.db.query<{ t: string; v: string | null }>({
       name: 'mta_feedback_reports_write',
