@@ -4,7 +4,8 @@
  * backend and the MTA never import each other (they talk over HTTP); no runtime import cycles;
  * each database function has one source, its file in db/functions; one address grammar, one
  * HTML escaper, one DNS resolver factory; configuration read as values, never written after it
- * is prepared.
+ * is prepared; one derivation of an MTA enqueue; one outbox write path, no event JSON
+ * assembled in SQL.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -179,6 +180,29 @@ describe('architecture', () => {
   it('one module writes email_sends transitions (src/backend/sends/)', () => {
     const offenders = files.filter((f) => /UPDATE email_sends/.test(readFileSync(f, 'utf8')) && !relative(SRC, f).startsWith('backend/sends/'));
     expect(offenders.map((f) => relative(ROOT, f))).toEqual([]);
+  });
+
+  it('one derivation of an MTA enqueue: its group key is built only by toEnqueueInput (src/mta/job.ts)', () => {
+    // Reading a stored job's key (`job.groupKey`) or declaring it in a schema is not building one.
+    const builds = /\bgroupKey\s*:(?!\s*(?:Type\.|[\w.]+\.groupKey\b))|\bgroupKeyOf\(/;
+    const owner = join(SRC, 'mta/job.ts');
+    const offenders = files
+      .filter((f) => area(f) === 'mta' && f !== owner)
+      .flatMap((f) => readFileSync(f, 'utf8').split('\n').flatMap((line, i) => (builds.test(line) ? [`${relative(ROOT, f)}:${i + 1}: ${line.trim()}`] : [])));
+    expect(offenders).toEqual([]);
+    expect(readFileSync(owner, 'utf8')).toMatch(/export function toEnqueueInput\b/);
+  });
+
+  it('one outbox write path: rows go in by insertEventsSql (src/mta/outbox/store.ts), their JSON built in TypeScript, none assembled in SQL', () => {
+    const owner = join(SRC, 'mta/outbox/store.ts');
+    const mta = files.filter((f) => area(f) === 'mta');
+    const inserts = mta.filter((f) => f !== owner && /INSERT\s+INTO\s+mta_outbox\b/i.test(readFileSync(f, 'utf8')));
+    expect(inserts.map((f) => relative(ROOT, f))).toEqual([]);
+    // Every statement that writes events (insertEventsSql's callers) builds no JSON in SQL.
+    const sqlJson = /\b(?:jsonb?_build_object|jsonb?_agg|row_to_json|to_jsonb?|jsonb?_object)\s*\(/i;
+    const writers = mta.filter((f) => /\binsertEventsSql\b|\bmta_outbox\b/.test(readFileSync(f, 'utf8')));
+    expect(writers.length).toBeGreaterThan(2);
+    expect(writers.filter((f) => sqlJson.test(readFileSync(f, 'utf8'))).map((f) => relative(ROOT, f))).toEqual([]);
   });
 
   it('configuration is read as values: no `() => …config.` lambda, no write to it outside src/shared/config.ts', () => {

@@ -12,8 +12,7 @@ import type { MtaContext } from './context.js';
 import type { Deliverer } from './delivery/types.js';
 import { createDispatcher } from './dispatch.js';
 import type { EffectDeps } from './effects.js';
-import { groupKeyOf, type MtaJobPayload, type MtaQueuedPayload } from './job.js';
-import { domainOf } from '../shared/mail/address.js';
+import { toEnqueueInput, type MtaQueuedPayload } from './job.js';
 import { createMetrics } from './metrics.js';
 import { MTA_EVENT } from '../shared/contracts/mta.js';
 import { OutboxRelay } from './outbox/relay.js';
@@ -314,24 +313,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
             from: s.config.MTA_TLSRPT_FROM,
             // Queued like a /send job: the pipeline and delivery (DKIM signing) apply to it.
             enqueue: async (r) => {
-              const domain = r.to.slice(r.to.lastIndexOf('@') + 1).toLowerCase();
-              const payload: MtaJobPayload = {
-                ...r,
-                html: '',
-                ipPool: 'transactional',
-                organizationId: s.config.ORGANIZATION_ID,
-                recipient: r.to.toLowerCase(),
-                domain,
-                band: 'default',
-                acceptedAt: s.clock.now(),
-              };
-              await queue.enqueue({
-                groupKey: groupKeyOf(payload.ipPool, domain),
-                payload,
-                priority: policy.defaultPriority,
-                orgId: payload.organizationId,
-                dedupeKey: `${payload.organizationId.length}:${payload.organizationId}:${payload.messageId}`,
-              });
+              await queue.enqueue(toEnqueueInput(policy, { ...r, html: '', ipPool: 'transactional', organizationId: s.config.ORGANIZATION_ID }, s.clock.now()));
             },
           }
         : undefined,
@@ -486,12 +468,7 @@ export async function createMta(s: Services, opts: MtaOptions = {}): Promise<Mta
     authenticate: inboundAuthenticator({ dnsServers: s.config.DNS_SERVERS, name: bounceHost, enabled: deliveryEnabled(s.config) }),
     enqueue: async (jobs) => {
       const now = s.clock.now();
-      await queue.enqueueMany(
-        jobs.map((j) => {
-          const payload: MtaJobPayload = { ...j, engagementScore: null, recipient: j.to.toLowerCase(), domain: domainOf(j.to), band: 'default', acceptedAt: now };
-          return { groupKey: groupKeyOf(payload.ipPool, payload.domain), payload, priority: policy.defaultPriority, orgId: payload.organizationId, dedupeKey: `${payload.organizationId.length}:${payload.organizationId}:${payload.messageId}` };
-        }),
-      );
+      await queue.enqueueMany(jobs.map((j) => toEnqueueInput(policy, { ...j, engagementScore: null }, now)));
       depth.value += jobs.length;
     },
     dmarcReject: s.config.INBOUND_DMARC_REJECT,

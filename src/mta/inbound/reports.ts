@@ -259,7 +259,7 @@ export class FeedbackProcessor {
 
   /**
    * The report row, its event and its suppression commit together, once per report: a replay
-   * finds the row and changes nothing. The write reads the send's provenance itself (organization,
+   * finds the row and changes nothing. The store reads the send's provenance itself (organization,
    * recipient, campaign, domain, IP: never the report's). The counters that follow (breaker
    * marker, SMTP intel, throttle) live in the coordination store; their failure is logged, never
    * retried, as a retry would be absorbed as a replay anyway.

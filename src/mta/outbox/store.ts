@@ -72,11 +72,6 @@ export function reportEventId(dedupeKey: string): string {
   return `mevt_f${hash('sha256', dedupeKey, 'base64url').slice(0, 24)}`;
 }
 
-/** `reportEventId` in SQL, of a text expression (the report statement builds the key from the provenance it reads). */
-export function reportEventIdSql(dedupeKey: string): string {
-  return `'mevt_f' || left(translate(encode(sha256(convert_to(${dedupeKey}, 'UTF8')), 'base64'), '+/', '-_'), 24)`;
-}
-
 /**
  * The INSERT of events as part of another statement (the delivery log's, so a log row and its
  * event commit together). Parameters `$base` … `$base+4`: ids, names, bodies, lease end, now.

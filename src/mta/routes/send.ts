@@ -4,12 +4,12 @@ import { MtaBuiltJobSchema, MtaJobAcceptedSchema, type MtaBuiltJob } from '../..
 import { AppError, badInput, forbidden } from '../../shared/errors.js';
 import { inputError, type HttpApp } from '../../shared/http.js';
 import { findInputFault, markChecked, type InputFault } from '../../shared/input.js';
-import { asciiDomain, domainOf, normalizeAddress, parseMailbox } from '../../shared/mail/address.js';
+import { asciiDomain, normalizeAddress, parseMailbox } from '../../shared/mail/address.js';
 import { isHeaderName, isReservedHeader, withoutCfbl } from '../../shared/mail/headers.js';
+import type { EnqueueInput } from '../../shared/queue/types.js';
 import type { MtaContext } from '../context.js';
 import { GroupCommit } from '../intake.js';
-import { groupKeyOf, type MtaJobPayload } from '../job.js';
-import { engagementBand } from '../policy.js';
+import { toEnqueueInput, type MtaJobPayload } from '../job.js';
 import { isDkimDomain } from '../stores/dkim.js';
 import { ErrorResponse } from './schemas.js';
 
@@ -57,7 +57,8 @@ function sendRoute(app: HttpApp, m: MtaContext, intake: GroupCommit<MtaJobPayloa
       if (principal.kind === 'org' && principal.organizationId !== body.organizationId) {
         throw forbidden('This API key may only send for its own organization', 'organization_mismatch');
       }
-      const payload = validate(m, body);
+      const input = validate(m, body);
+      const payload = input.payload;
 
       const rule = m.stores.poolRules.ruleFor(body.organizationId);
       const pool = rule && m.pools.has(rule.pool) ? rule.pool : poolWithoutRule({ pools: m.pools, policy: m.policy }, payload.ipPool);
@@ -71,21 +72,10 @@ function sendRoute(app: HttpApp, m: MtaContext, intake: GroupCommit<MtaJobPayloa
         throw new AppError('rate_limited', 'The delivery queue is full; retry later', { reason: 'queue_full', headers: { 'retry-after': '30' } });
       }
 
-      const band = engagementBand(m.policy, body.engagementScore);
       // Counted before the write so concurrent requests of this instance see each other.
       m.noteEnqueued();
-      const jobId = await intake.enqueue(
-        {
-          groupKey: groupKeyOf(payload.ipPool, payload.domain),
-          payload,
-          payloadJson: storedJson((req as RawJsonRequest).rawJson, payload),
-          priority: band?.priority ?? m.policy.defaultPriority,
-          orgId: payload.organizationId,
-          // Length-prefixed: with a plain `org:id`, org "a:b" + id "c" and org "a" + id "b:c" collided.
-          dedupeKey: `${payload.organizationId.length}:${payload.organizationId}:${payload.messageId}`,
-        },
-        Number(req.headers['content-length']) || body.html.length + (body.text?.length ?? 0),
-      );
+      input.payloadJson = storedJson((req as RawJsonRequest).rawJson, payload);
+      const jobId = await intake.enqueue(input, Number(req.headers['content-length']) || body.html.length + (body.text?.length ?? 0));
       reply.code(202);
       // A repeat's messageId is the first job's: the dedupe key contains it.
       return { data: { jobId, messageId: payload.messageId, status: 'queued' as const } };
@@ -121,8 +111,8 @@ export function readJobBody(body: Buffer): JobBody {
   return fault ? { kind: 'fault', raw, fault } : { kind: 'parsed', raw, value };
 }
 
-/** Field rules the schema cannot say; returns the queue payload. */
-function validate(m: MtaContext, body: MtaBuiltJob): MtaJobPayload {
+/** Field rules the schema cannot say; returns the queue input. */
+function validate(m: MtaContext, body: MtaBuiltJob): EnqueueInput<MtaJobPayload> {
   // Stored normalized: routing, throttling and suppression use the A-label domain.
   const to = normalizeAddress(body.to);
   if (!to) throw badInput('to must be one email address (local@domain)', 'invalid_address');
@@ -139,22 +129,14 @@ function validate(m: MtaContext, body: MtaBuiltJob): MtaJobPayload {
   }
   const s = body.engagementScore;
   if (s !== undefined && s !== null && typeof s !== 'number') throw badInput('engagementScore must be a number from 0 to 100', 'validation_error');
-  const band = engagementBand(m.policy, s);
-  const recipient = to.toLowerCase();
-  const payload: MtaJobPayload = {
+  const job: MtaBuiltJob = {
     ...body,
     // A caller's CFBL-* fields are removed, not refused: the MTA writes its own pair (mta.md).
     headers: withoutCfbl(body.headers),
     to,
     dkimDomain,
-    // JSON cannot carry a non-finite number: an unusable score is stored as unknown.
-    engagementScore: band ? (s as number) : null,
-    recipient,
-    domain: domainOf(to),
-    band: band?.name ?? 'default',
-    acceptedAt: m.services.clock.now(),
   };
-  return payload;
+  return toEnqueueInput(m.policy, job, m.services.clock.now());
 }
 
 /**

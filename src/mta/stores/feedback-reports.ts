@@ -7,16 +7,17 @@
  * Writes are group-committed (the shared Batcher): reports arriving together share one
  * statement. One transaction per report measured 195 reports/s with 8 senders (bench:bounce):
  * the suppression's NOTIFY takes PostgreSQL's notification lock at every commit, which
- * serialises them. The batch is one statement (data-modifying CTEs), not a transaction of
- * six round trips: the report's latency is what its sender waits for before the next one.
+ * serialises them. A batch is one statement (data-modifying CTEs), not a transaction of six
+ * round trips: the report's latency is what its sender waits for before the next one. Its
+ * provenance is looked up before (batched lookups, which run while the previous batch is
+ * written): the event is built from it in TypeScript by outboxEvent, like every outbox row.
  */
 import { Batcher } from '../../shared/batch.js';
-import { toIso, type Clock } from '../../shared/clock.js';
-import type { MtaEventName } from '../../shared/contracts/mta.js';
+import type { Clock } from '../../shared/clock.js';
+import type { MtaEventData, MtaEventName } from '../../shared/contracts/mta.js';
 import type { Db } from '../../shared/db/pool.js';
-import { DELIVERY } from '../delivery/settings.js';
-import type { Provenance } from '../delivery/provenance.js';
-import { reportEventId, reportEventIdSql, type OutboxEvent } from '../outbox/store.js';
+import { ProvenanceStore, type Provenance, type ProvenanceRef } from '../delivery/provenance.js';
+import { insertEventsSql, insertEventsValues, outboxEvent, reportEventId, type OutboxEvent } from '../outbox/store.js';
 import { suppressionUpsertCtes, type SuppressionReason, type SuppressionStore } from './suppression.js';
 
 export interface FeedbackReportRow {
@@ -45,8 +46,7 @@ export type ProvenanceField = 'messageId' | 'organizationId' | 'campaignId' | 'r
 
 /**
  * What a report attributed by token to `row.sendId` (a legacy token: `row.messageId`) does,
- * resolved against that send's provenance inside the write's own statement (one round trip,
- * no lookup before it).
+ * resolved against that send's provenance, which the store looks up just before the write.
  */
 export interface ReportEffect {
   /**
@@ -79,84 +79,85 @@ export interface ReportWritten {
   written: OutboxEvent[];
 }
 
-const TEXT = ['kind', 'outcome', 'source', 'send_id', 'message_id', 'organization_id', 'recipient', 'reason', 'feedback_type', 'spf', 'dkim', 'dmarc', 'remote_ip', 'fx_kind', 'key_suffix', 'ev_name', 'ev_body', 'ev_fill', 'sup_reason'] as const;
+const TEXT = ['dedupe_key', 'kind', 'outcome', 'source', 'send_id', 'message_id', 'organization_id', 'recipient', 'reason', 'feedback_type', 'spf', 'dkim', 'dmarc', 'remote_ip', 'sup_reason', 'sup_source'] as const;
 const COLUMNS = ['dedupe_key', 'kind', 'outcome', 'source', 'send_id', 'message_id', 'organization_id', 'recipient', 'reason', 'hard', 'feedback_type', 'spf', 'dkim', 'dmarc', 'remote_ip'] as const;
 
 const p = (n: number) => `$${n}`;
-/** Each provenance field an event may take, and its column in the statement. */
-const FILL: Record<ProvenanceField, string> = { messageId: 'fx.msg', organizationId: 'fx.org', campaignId: 'fx.p_campaign', recipient: 'fx.rcpt', domain: 'fx.p_domain', ip: 'fx.p_ip' };
-/** The fields an event names, appended to its data as JSON (text, not jsonb: the template's bytes stay as JSON.stringify wrote them). */
-const FILL_SQL = Object.entries(FILL)
-  .map(([k, col]) => `CASE WHEN '${k}' = ANY (string_to_array(fx.ev_fill, ',')) THEN ',"${k}":' || COALESCE(to_json(${col})::text, 'null') END`)
-  .join(', ');
 const HARD = TEXT.length + 1;
 const NOW = TEXT.length + 2;
-const LEASE = TEXT.length + 3;
-const HORIZON = TEXT.length + 4;
+/** The events' parameters (insertEventsSql): ids, names, bodies, lease end, now, keys. */
+const EVENTS = TEXT.length + 3;
 /**
  * The batch's one statement: its text never changes (the batch is in the array parameters),
- * so it is prepared once per connection, not parsed and planned at every write. An attributed
- * report's provenance is joined here, not looked up first: each report costs its sender one
- * round trip. A key twice in one batch: the first is the sighting, the later ones its replays
- * (no row, no effect). Effects follow a row only when its key was inserted now.
+ * so it is prepared once per connection, not parsed and planned at every write. The rows come
+ * resolved (provenance, dedupe key, event); effects follow a row only when its key was
+ * inserted now, so a replay's suppression and event are not written again.
  */
-const WRITE_SQL = `WITH u AS (
+const WRITE_SQL = `WITH w AS (
      SELECT * FROM unnest(${TEXT.map((_, n) => `${p(n + 1)}::text[]`).join(', ')}, ${p(HARD)}::boolean[])
-       WITH ORDINALITY AS u(${TEXT.join(', ')}, hard, n)),
-   r AS (
-     SELECT u.*, pv.send_id AS p_send, pv.campaign_id AS p_campaign, pv.domain AS p_domain, pv.ip AS p_ip, pv.sent_at AS p_sent_at, pv.breaker_epoch AS p_breaker,
-            pv.message_id IS NULL AND u.fx_kind IS NOT NULL AS expired,
-            COALESCE(pv.message_id, u.message_id) AS msg,
-            CASE WHEN u.fx_kind IS NULL THEN u.organization_id ELSE pv.organization_id END AS org,
-            CASE WHEN u.fx_kind IS NULL THEN u.recipient ELSE pv.recipient END AS rcpt,
-            CASE WHEN pv.message_id IS NOT NULL AND u.key_suffix IS NOT NULL
-                 THEN CASE WHEN pv.send_id IS NOT NULL THEN u.fx_kind || '/' || pv.send_id
-                           ELSE u.fx_kind || ':' || pv.organization_id || ':' || pv.message_id END || u.key_suffix END AS dedupe_key
-       FROM u LEFT JOIN LATERAL (
-              SELECT p.send_id, p.message_id, p.organization_id, p.campaign_id, p.recipient, p.domain, p.ip, p.sent_at, p.breaker_epoch
-                FROM mta_send_provenance p WHERE u.send_id IS NOT NULL AND p.send_id = u.send_id AND p.sent_at > ${p(HORIZON)}::timestamptz
-              UNION ALL
-              SELECT NULL, l.message_id, l.organization_id, l.campaign_id, l.recipient, l.domain, l.ip, l.sent_at, NULL::integer
-                FROM mta_send_provenance_legacy l WHERE u.send_id IS NULL AND l.message_id = u.message_id AND l.sent_at > ${p(HORIZON)}::timestamptz
-            ) pv ON u.fx_kind IS NOT NULL),
-   f AS (
-     SELECT r.*, r.dedupe_key IS NULL OR row_number() OVER (PARTITION BY r.dedupe_key ORDER BY r.n) = 1 AS first FROM r),
+       WITH ORDINALITY AS w(${TEXT.join(', ')}, hard, n)),
    rep AS (
      INSERT INTO mta_feedback_reports (${COLUMNS.join(', ')}, received_at)
-     SELECT f.dedupe_key, f.kind, CASE WHEN f.expired THEN 'rejected:expired' ELSE f.outcome END, f.source, f.send_id, f.msg, f.org, f.rcpt,
-            CASE WHEN f.expired THEN NULL ELSE f.reason END, CASE WHEN f.expired THEN NULL ELSE f.hard END,
-            f.feedback_type, f.spf, f.dkim, f.dmarc, f.remote_ip, ${p(NOW)}::timestamptz
-       FROM f WHERE f.first ORDER BY f.n
+     SELECT ${COLUMNS.map((c) => `w.${c}`).join(', ')}, ${p(NOW)}::timestamptz FROM w ORDER BY w.n
      ON CONFLICT (dedupe_key) DO NOTHING RETURNING dedupe_key),
-   fx AS (SELECT f.* FROM f WHERE f.first AND f.dedupe_key IN (SELECT dedupe_key FROM rep)),
-   ${suppressionUpsertCtes(`SELECT fx.rcpt AS a, fx.sup_reason AS r, fx.fx_kind || ':' || fx.msg AS s, fx.n FROM fx WHERE fx.sup_reason IS NOT NULL`, `${p(NOW)}::timestamptz`)},
-   ev AS (
-     INSERT INTO mta_outbox (id, event, body, next_at, created_at)
-     SELECT e.id, fx.ev_name, '{"id":' || to_json(e.id)::text || ',' || substr(fx.ev_body, 2, length(fx.ev_body) - 3) || concat(${FILL_SQL}) || '}}',
-            ${p(LEASE)}::timestamptz, ${p(NOW)}::timestamptz
-       FROM fx CROSS JOIN LATERAL (SELECT ${reportEventIdSql('fx.dedupe_key')} AS id) e
-      WHERE fx.ev_name IS NOT NULL ORDER BY fx.n
-     ON CONFLICT (id) DO NOTHING RETURNING id, event, body)
-   SELECT 'prov' AS t, r.n, r.dedupe_key AS k,
-          json_build_object('sendId', r.p_send, 'messageId', r.msg, 'organizationId', r.org, 'campaignId', r.p_campaign, 'recipient', r.rcpt, 'domain', r.p_domain, 'ip', r.p_ip,
-                            'sentAt', (extract(epoch FROM r.p_sent_at) * 1000)::float8, 'breakerEpoch', r.p_breaker)::text AS v
-     FROM r WHERE r.fx_kind IS NOT NULL AND NOT r.expired
-   UNION ALL SELECT 'rep', NULL, dedupe_key, NULL FROM rep
-   UNION ALL SELECT 'sup', NULL, NULL, address FROM sup
-   UNION ALL SELECT 'ev', NULL, id, body FROM ev
-   UNION ALL SELECT 'notify', NULL, NULL, NULL FROM sup_notify`;
+   fx AS (SELECT w.* FROM w WHERE w.dedupe_key IN (SELECT dedupe_key FROM rep)),
+   ${suppressionUpsertCtes(`SELECT fx.recipient AS a, fx.sup_reason AS r, fx.sup_source AS s, fx.n FROM fx WHERE fx.sup_reason IS NOT NULL`, `${p(NOW)}::timestamptz`)},
+   ev AS (${insertEventsSql(EVENTS, 'u.k IN (SELECT dedupe_key FROM rep)')})
+   SELECT 'rep' AS t, dedupe_key AS v FROM rep
+   UNION ALL SELECT 'sup', address FROM sup
+   UNION ALL SELECT 'ev', id FROM ev
+   UNION ALL SELECT 'notify', NULL FROM sup_notify`;
 
-/** An event's `{ event, timestamp, data }` without what the statement adds: its id and the provenance's fields. */
-function eventTemplate(effect: ReportEffect | undefined): string | null {
-  const e = effect?.event;
-  if (!e) return null;
-  // The statement appends `,"field":…` inside data: an empty data would give `{,`.
-  if (Object.keys(e.data).length === 0) throw new Error(`report event ${e.name} needs at least one data field`);
-  return JSON.stringify({ event: e.name, timestamp: toIso(e.at), data: e.data });
+/** A report resolved against its provenance: the row as written, and the effects a first sighting has. */
+interface Resolved {
+  provenance: Provenance | null;
+  /** The row's dedupe key (null: nothing to guard). */
+  key: string | null;
+  row: FeedbackReportRow;
+  /** The suppression a first sighting adds to the recipient we sent to, and its source `<kind>:<messageId>`. */
+  suppress: { reason: SuppressionReason; source: string } | null;
+  event: OutboxEvent | null;
+}
+
+/** What a report's token names: a send id, or (legacy token) a message id; null for neither. */
+function refOf(row: FeedbackReportRow): ProvenanceRef | null {
+  if (row.sendId !== null) return { id: row.sendId, legacy: false };
+  return row.messageId !== null ? { id: row.messageId, legacy: true } : null;
+}
+
+/** The key of an effect on `prov` (ReportEffect.kind): `<kind>/<sendId><suffix>`, a legacy send's `<kind>:<org>:<messageId><suffix>`. */
+function effectKey(effect: ReportEffect, prov: Provenance): string | null {
+  if (effect.keySuffix === null) return null;
+  const send = prov.sendId !== null ? `${effect.kind}/${prov.sendId}` : `${effect.kind}:${prov.organizationId}:${prov.messageId}`;
+  return send + effect.keySuffix;
+}
+
+/** The write of one report: its provenance's fields in the row and the event (built like every outbox event, by outboxEvent). */
+function resolve(w: ReportWrite, prov: Provenance | null): Resolved {
+  const { row, effect } = w;
+  if (!effect) return { provenance: null, key: null, row: { ...row, dedupeKey: null }, suppress: null, event: null };
+  if (!prov) {
+    const expired = { ...row, dedupeKey: null, outcome: 'rejected:expired', organizationId: null, recipient: null, reason: null, hard: null };
+    return { provenance: null, key: null, row: expired, suppress: null, event: null };
+  }
+  const key = effectKey(effect, prov);
+  const resolved = { ...row, dedupeKey: key, messageId: prov.messageId, organizationId: prov.organizationId, recipient: prov.recipient };
+  const e = effect.event;
+  let event: OutboxEvent | null = null;
+  if (e && key !== null) {
+    // The provenance's fields, never the report's (the organization, recipient, campaign, domain, IP we sent with).
+    const data: Record<string, unknown> = { ...e.data };
+    for (const f of e.fill) data[f] = prov[f];
+    event = outboxEvent(e.name, data as MtaEventData[typeof e.name], e.at, reportEventId(key));
+  }
+  const suppress = effect.suppress ? { reason: effect.suppress, source: `${effect.kind}:${prov.messageId}` } : null;
+  return { provenance: prov, key, row: resolved, suppress, event };
 }
 
 export class FeedbackReportStore {
-  private readonly writes: Batcher<ReportWrite, ReportWritten>;
+  private readonly writes: Batcher<Resolved, ReportWritten>;
+  /** The sends' provenance, looked up before the write (batched, several in flight): the write's one statement then needs no join. */
+  private readonly provenance: ProvenanceStore;
 
   constructor(
     private readonly db: Db,
@@ -168,71 +169,79 @@ export class FeedbackReportStore {
     // write in flight could not commit alongside the first anyway; waiting, its reports join
     // the next batch instead (fewer, larger commits: bench:bounce used less CPU and did no worse).
     this.writes = new Batcher((items) => this.writeMany(items), { maxInFlight: 1, maxItems: 200 });
+    this.provenance = new ProvenanceStore(db, clock);
   }
 
-  /** Writes a report: a row alone, or with `effect` its provenance's effects, once per dedupe key. */
-  record(write: ReportWrite): Promise<ReportWritten> {
-    return this.writes.submit(write);
+  /**
+   * Writes a report: a row alone, or with `effect` its provenance's effects, once per dedupe key.
+   * The provenance is looked up first (lookups run while the previous batch is written), as the
+   * event's data and the key are built from it here, in TypeScript.
+   */
+  async record(write: ReportWrite): Promise<ReportWritten> {
+    const ref = write.effect ? refOf(write.row) : null;
+    return this.writes.submit(resolve(write, ref ? await this.provenance.lookup(ref) : null));
   }
 
-  private async writeMany(items: ReportWrite[]): Promise<ReportWritten[]> {
+  private async writeMany(resolved: Resolved[]): Promise<ReportWritten[]> {
     const now = this.clock.now();
-    const col = <T>(f: (w: ReportWrite) => T) => items.map(f);
-    const fx = (w: ReportWrite) => w.effect;
-    // One statement, so one round trip and an implicit transaction: the rows, the suppressions
+    // A key twice in one batch: the first is the sighting, the later ones its replays (no row, no effect).
+    const seen = new Set<string>();
+    const rows = resolved.filter((r) => {
+      if (r.key === null) return true;
+      if (seen.has(r.key)) return false;
+      seen.add(r.key);
+      return true;
+    });
+    const withEvent = rows.filter((r) => r.event !== null);
+    const col = <T>(f: (r: Resolved) => T) => rows.map(f);
+    // One statement, so an implicit transaction: the rows, the suppressions
     // (and their NOTIFY) and the events commit together or not at all.
-    const res = await this.db.query<{ t: string; n: string | null; k: string | null; v: string | null }>({
+    const res = await this.db.query<{ t: string; v: string | null }>({
       name: 'mta_feedback_reports_write',
       text: WRITE_SQL,
       values: [
-        col((w) => w.row.kind),
-        col((w) => w.row.outcome),
-        col((w) => w.row.source),
-        col((w) => w.row.sendId),
-        col((w) => w.row.messageId),
-        col((w) => (fx(w) ? null : w.row.organizationId)),
-        col((w) => (fx(w) ? null : w.row.recipient)),
-        col((w) => w.row.reason),
-        col((w) => w.row.feedbackType),
-        col((w) => w.row.spf),
-        col((w) => w.row.dkim),
-        col((w) => w.row.dmarc),
-        col((w) => w.row.remoteIp),
-        col((w) => fx(w)?.kind ?? null),
-        col((w) => fx(w)?.keySuffix ?? null),
-        col((w) => fx(w)?.event?.name ?? null),
-        col((w) => eventTemplate(fx(w))),
-        col((w) => fx(w)?.event?.fill.join(',') ?? null),
-        col((w) => fx(w)?.suppress ?? null),
-        col((w) => w.row.hard),
+        col((r) => r.key),
+        col((r) => r.row.kind),
+        col((r) => r.row.outcome),
+        col((r) => r.row.source),
+        col((r) => r.row.sendId),
+        col((r) => r.row.messageId),
+        col((r) => r.row.organizationId),
+        col((r) => r.row.recipient),
+        col((r) => r.row.reason),
+        col((r) => r.row.feedbackType),
+        col((r) => r.row.spf),
+        col((r) => r.row.dkim),
+        col((r) => r.row.dmarc),
+        col((r) => r.row.remoteIp),
+        col((r) => r.suppress?.reason ?? null),
+        col((r) => r.suppress?.source ?? null),
+        col((r) => r.row.hard),
         new Date(now),
-        new Date(now + this.leaseMs),
-        new Date(now - DELIVERY.provenanceRetentionMs),
+        ...insertEventsValues(
+          withEvent.map((r) => r.event!),
+          now + this.leaseMs,
+          now,
+        ),
+        withEvent.map((r) => r.key),
       ],
     });
-    const found = new Map<number, { key: string | null; prov: Provenance }>();
     const inserted = new Set<string>();
-    const events = new Map<string, string>();
+    const written = new Set<string>();
     const suppressed: string[] = [];
     for (const r of res.rows) {
-      if (r.t === 'prov') found.set(Number(r.n) - 1, { key: r.k, prov: JSON.parse(r.v!) });
-      else if (r.t === 'rep' && r.k !== null) inserted.add(r.k);
-      else if (r.t === 'ev') events.set(r.k!, r.v!);
+      if (r.t === 'rep' && r.v !== null) inserted.add(r.v);
+      else if (r.t === 'ev') written.add(r.v!);
       else if (r.t === 'sup') suppressed.push(r.v!);
     }
     if (suppressed.length) this.suppression.noteAdded(suppressed);
     // The first item of a key is its sighting (fresh when its row went in now); the rest replays.
     const sighted = new Set<string>();
-    return items.map((w, n) => {
-      const hit = found.get(n);
-      const provenance = hit?.prov ?? null;
-      const key = hit?.key ?? null;
+    return resolved.map(({ provenance, key, event }) => {
       if (key === null) return { provenance, fresh: true, written: [] };
       const fresh = !sighted.has(key) && inserted.has(key);
       sighted.add(key);
-      const id = reportEventId(key);
-      const body = fresh ? events.get(id) : undefined;
-      return { provenance, fresh, written: body === undefined ? [] : [{ id, event: w.effect!.event!.name, body }] };
+      return { provenance, fresh, written: fresh && event && written.has(event.id) ? [event] : [] };
     });
   }
 

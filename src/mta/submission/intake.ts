@@ -11,8 +11,8 @@ import type { Clock } from '../../shared/clock.js';
 import { tx, type Db } from '../../shared/db/pool.js';
 import { FOLD_PARAM, FoldRejected, type EnqueueFold, type Queue } from '../../shared/queue/queue.js';
 import type { EnqueueInput } from '../../shared/queue/types.js';
-import { domainOf } from '../../shared/mail/address.js';
-import { groupKeyOf, type MtaQueuedPayload } from '../job.js';
+import type { MtaStoredRawJob } from '../../shared/contracts/mta.js';
+import { toEnqueueInput, type MtaQueuedPayload } from '../job.js';
 import type { MtaPolicy } from '../policy.js';
 import { BODY_INSERT, bodyParts, bodyValues, foldedBodyInsert, type SubmissionBodies } from './bodies.js';
 
@@ -252,23 +252,17 @@ export class SubmissionIntake {
   }
 
   private input(s: Submission, identity: string, to: string, rawBody: string, now: number): EnqueueInput<MtaQueuedPayload> {
-    const org = s.principal.organizationId;
-    const messageId = messageIdOf(identity, to);
-    const payload: MtaQueuedPayload = {
-      messageId,
+    const job: MtaStoredRawJob = {
+      messageId: messageIdOf(identity, to),
       to,
       from: s.from,
       rawBody,
       ipPool: 'transactional',
-      organizationId: org,
+      organizationId: s.principal.organizationId,
       dkimDomain: s.dkimDomain,
       engagementScore: null,
-      recipient: to.toLowerCase(),
-      domain: domainOf(to),
-      band: 'default',
-      acceptedAt: now,
     };
-    return { groupKey: groupKeyOf(payload.ipPool, payload.domain), payload, priority: this.policy.defaultPriority, orgId: org, dedupeKey: `${org.length}:${org}:${messageId}` };
+    return toEnqueueInput(this.policy, job, now);
   }
 
   /** Deletes receipts past their four days (the leader runs it); returns how many. */

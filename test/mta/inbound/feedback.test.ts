@@ -331,7 +331,7 @@ describe('one statement per batch of reports', () => {
       expect([wa!.fresh, wb!.fresh, again!.fresh, replay!.fresh, unknown!.fresh, rejected!.fresh]).toEqual([true, true, false, false, true, true]);
       expect(wa!.provenance).toMatchObject({ sendId: a.sendId, messageId: a.messageId, organizationId: 'org-stmt', campaignId: 'camp-1', recipient: address, domain: 'receiver.test', ip: null });
       expect([unknown!.provenance, rejected!.provenance]).toEqual([null, null]);
-      // The statement names the event as reportEventId does, and fills it from the provenance.
+      // The store names the event by reportEventId and fills it from the provenance.
       expect(wa!.written.map((e) => e.id)).toEqual([reportEventId(`complaint/${a.sendId}`)]);
       expect(JSON.parse(wa!.written[0]!.body)).toEqual({
         id: reportEventId(`complaint/${a.sendId}`),
@@ -356,9 +356,13 @@ describe('one statement per batch of reports', () => {
     }
   });
 
-  it('an event with no data field is refused before the statement (the statement appends fields inside data)', async () => {
-    const w = complaint(`fb-empty-${++seq}`);
-    await expect(t.mta.context.stores.feedbackReports.record({ ...w, effect: { ...w.effect!, event: { ...w.effect!.event!, data: {} } } })).rejects.toThrow(/needs at least one data field/);
+  it('an event with no data of its own is built whole: the provenance\'s fields are its data (no JSON spliced in SQL)', async () => {
+    const s = await sent('org-stmt');
+    const w = complaint(s.sendId, null);
+    const out = await t.mta.context.stores.feedbackReports.record({ ...w, effect: { ...w.effect!, event: { ...w.effect!.event!, data: {} } } });
+    expect(out.written.map((e) => JSON.parse(e.body))).toEqual([
+      { id: reportEventId(`complaint/${s.sendId}`), event: MTA_EVENT.complained, timestamp: new Date(t.clock.now()).toISOString(), data: { messageId: s.messageId, organizationId: 'org-stmt', campaignId: 'camp-1', recipient: s.recipient } },
+    ]);
   });
 
   it('more suppressions than one notification holds are announced in several', async () => {
@@ -429,12 +433,12 @@ describe('the provenance read in the report\'s write', () => {
   const target = (address: string) => reportRecipients(() => new Set([HOST]))(address) as InboundTarget;
   const message = (to: string, raw: string) => ({ raw: Buffer.from(raw), targets: [target(to)], mailFrom: '', remoteIp: '127.0.0.1', helo: 'mx.provider.test', mailArgs: {} });
 
-  it('a report costs one statement: no lookup before its write', async () => {
+  it('a report costs two statements, its provenance lookup and its write; the processor looks nothing up before', async () => {
     const { fp, asked, queries } = processor();
     const s = await sent('org-read');
     const out = await fp.process(message(s.bounce, dsnReport({ recipient: s.recipient, status: '5.1.1', diagnostic: '550 5.1.1 User unknown' })));
     expect(out).toMatchObject({ outcome: 'applied', source: 'envelope', messageId: s.messageId });
-    expect([asked, queries()]).toEqual([[], 1]);
+    expect([asked, queries()]).toEqual([[], 2]);
     expect(await suppression(s.recipient)).toMatchObject({ suppressed: true, reason: 'hard_bounce' });
   });
 
