@@ -52,7 +52,7 @@ describe('email_sends status', () => {
     expect(row.rows[0].status).toBe(SEND_STATUSES[SEND_STATUSES.length - 1]);
   });
 
-  it('insertSends writes many sends in one statement, born INITIAL_SEND_STATUS; a repeated id or Idempotency-Key writes nothing', async () => {
+  it('insertSends writes a batch of sends, each born INITIAL_SEND_STATUS with its metadata; a repeated id or Idempotency-Key writes nothing', async () => {
     const many = Array.from({ length: 300 }, (_, i) => ({ id: `es_many_${String(i).padStart(3, '0')}`, contactId: null, toEmail: `r${i}@example.com`, metadata: { retryOf: `es_old_${i}` } }));
     const written = await insertSends(db.pool, sends(many), AT);
     expect(written).toHaveLength(300);
