@@ -10,6 +10,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { SEND_STATUSES } from '../src/backend/sends/status.js';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const SRC = join(ROOT, 'src');
@@ -203,6 +204,32 @@ describe('architecture', () => {
     const writers = mta.filter((f) => /\binsertEventsSql\b|\bmta_outbox\b/.test(readFileSync(f, 'utf8')));
     expect(writers.length).toBeGreaterThan(2);
     expect(writers.filter((f) => sqlJson.test(readFileSync(f, 'utf8'))).map((f) => relative(ROOT, f))).toEqual([]);
+  });
+
+  describe('the email_sends status module (src/backend/sends/status.ts)', () => {
+    const MODULE = 'backend/sends/status.ts';
+    // Migrations are history: 078 spells the list the database checks (a test compares it with SEND_STATUSES).
+    const others = files.filter((f) => relative(SRC, f) !== MODULE && !relative(SRC, f).startsWith('shared/db/migrations/'));
+    const statuses: ReadonlySet<string> = new Set(SEND_STATUSES);
+
+    it('is the one INSERT INTO email_sends', () => {
+      const offenders = files.filter((f) => /INSERT\s+INTO\s+email_sends\b/i.test(readFileSync(f, 'utf8')) && relative(SRC, f) !== MODULE);
+      expect(offenders.map((f) => relative(ROOT, f))).toEqual([]);
+    });
+
+    it('holds the one list of statuses: no literal list elsewhere of more than half of them, all statuses', () => {
+      // Array literals, SQL IN (...) lists and Type.Union([Type.Literal(...), ...]) alike; a
+      // subset a policy needs is derived from the module's arrays (feedback/policy.ts → ACTIVITY_STATUSES).
+      const list = /[[(]\s*'[a-z_]+'(?:\s*,\s*'[a-z_]+')+\s*,?\s*[\])]/g;
+      const offenders = others.flatMap((f) => {
+        const text = readFileSync(f, 'utf8').replace(/Type\.Literal\(('[a-z_]+')\)/g, '$1');
+        return [...text.matchAll(list)]
+          .map((m) => [...m[0].matchAll(/'([a-z_]+)'/g)].map((w) => w[1]!))
+          .filter((words) => words.every((w) => statuses.has(w)) && words.length > statuses.size / 2)
+          .map((words) => `${relative(ROOT, f)}: ${words.join(', ')}`);
+      });
+      expect(offenders).toEqual([]);
+    });
   });
 
   it('configuration is read as values: no `() => …config.` lambda, no write to it outside src/shared/config.ts', () => {

@@ -194,3 +194,48 @@ describe('migration 076 (send provenance keyed by send id)', () => {
     expect(await store.lookup({ id: 'm-1', legacy: true })).toBeNull();
   });
 });
+
+describe('migrations 078 and 079 (email_sends.status CHECK)', () => {
+  const dbs: TestDatabase[] = [];
+  afterAll(async () => {
+    for (const d of dbs) await d.drop();
+  });
+  const before078 = async (statuses: string[]) => {
+    const d = await createEmptyDatabase();
+    dbs.push(d);
+    await migrate(d.pool, undefined, MIGRATIONS.filter((m) => m.id < '078'));
+    const at = new Date(Date.UTC(2026, 0, 5));
+    for (const [i, status] of statuses.entries()) {
+      await d.pool.query(
+        `INSERT INTO email_sends (id, type, to_email, from_email, subject, provider, status, created_at, updated_at)
+         VALUES ($1, 'transactional', 'r@example.com', 'f@acme.test', 's', 'mta', $2, $3, $3)`,
+        [`es_old_${i}`, status, at],
+      );
+    }
+    return d.pool;
+  };
+
+  it('an upgraded database keeps its sends and ends with the constraint validated', async () => {
+    const pool = await before078(['sending', 'accepted', 'delivered', 'bounced', 'complained', 'failed']);
+    expect((await migrate(pool)).migrations).toEqual(['078_send_status_check', '079_send_status_validate']);
+    const rows = await pool.query(`SELECT id, status FROM email_sends ORDER BY id`);
+    expect(rows.rows.map((r) => r.status)).toEqual(['sending', 'accepted', 'delivered', 'bounced', 'complained', 'failed']);
+    const c = await pool.query(`SELECT convalidated FROM pg_constraint WHERE conrelid = 'email_sends'::regclass AND conname = 'email_sends_status_check'`);
+    expect(c.rows).toEqual([{ convalidated: true }]);
+    await expect(pool.query(`UPDATE email_sends SET status = 'queued' WHERE id = 'es_old_0'`)).rejects.toMatchObject({ code: '23514' });
+  });
+
+  it('a row with a status outside the list stops the upgrade at 079, named, with 078 in place and the row untouched', async () => {
+    const pool = await before078(['sent', 'queued']);
+    await expect(migrate(pool)).rejects.toThrow(/079_send_status_validate.*email_sends_status_check/);
+    const applied = await pool.query(`SELECT id FROM schema_migrations WHERE id >= '078' ORDER BY id`);
+    expect(applied.rows.map((r) => r.id)).toEqual(['078_send_status_check']);
+    // New writes are checked already (the constraint exists, not yet validated).
+    await expect(pool.query(`UPDATE email_sends SET status = 'queued' WHERE id = 'es_old_0'`)).rejects.toMatchObject({ code: '23514' });
+    const bad = await pool.query(`SELECT status FROM email_sends WHERE id = 'es_old_1'`);
+    expect(bad.rows).toEqual([{ status: 'queued' }]);
+    // Once the row is fixed, the upgrade finishes.
+    await pool.query(`UPDATE email_sends SET status = 'failed' WHERE id = 'es_old_1'`);
+    expect((await migrate(pool)).migrations).toEqual(['079_send_status_validate']);
+  });
+});

@@ -24,6 +24,7 @@
  * campaign costs the webhook store about 200 statements — none when no endpoint subscribes.
  */
 import { recordFailures, recordHandOffs } from '../sends/handoff.js';
+import { insertSends } from '../sends/status.js';
 import { tx } from '../../shared/db/pool.js';
 import { conflict, notFound } from '../../shared/errors.js';
 import { RETRYABLE, retryArgs } from './recipients.js';
@@ -168,13 +169,16 @@ export class Fanout {
       if (failed.length === 0) return 0;
       // A retry's id: time-ordered like every send id, its tail keyed by the send it retries.
       const ids = failed.map((f) => newId('es', now, createHmac('sha256', this.idKey).update('retry\0').update(f.id).digest()));
-      await q.query(
-        `INSERT INTO email_sends (id, type, contact_id, campaign_id, to_email, from_email, subject, provider, status, metadata, created_at, updated_at)
-         SELECT t.id, 'campaign', t.contact_id, $1, t.to_email, $2, $3, $4, 'sending', jsonb_build_object('retryOf', t.retry_of), $5, $5
-           FROM unnest($6::text[], $7::text[], $8::text[], $9::text[]) AS t(id, contact_id, to_email, retry_of)
-         ON CONFLICT (id) DO NOTHING`,
-        [campaignId, parseMailbox(c.from_mailbox)!.address, c.subject, transport.name, toIso(now), ids, failed.map((f) => f.contact_id), failed.map((f) => f.to_email), failed.map((f) => f.id)],
-      );
+      const from = parseMailbox(c.from_mailbox)!.address;
+      await insertSends(q, {
+        type: 'campaign',
+        campaignId,
+        fromEmail: from,
+        subject: c.subject,
+        provider: transport.name,
+        rows: failed.map((f, i) => ({ id: ids[i]!, contactId: f.contact_id, toEmail: f.to_email, metadata: { retryOf: f.id } })),
+        onConflict: 'id',
+      }, now);
       return failed.length;
     });
     if (queued > 0) await this.queue.enqueue({ groupKey: `campaign:${campaignId}`, payload: { campaignId, retry: true } });
@@ -347,14 +351,15 @@ export class Fanout {
       }),
     );
     // The rows exist before the hand-over (status sending), as for every send.
-    await this.d.db.query({
-      name: 'lm_campaign_sends_insert',
-      text: `INSERT INTO email_sends (id, type, contact_id, campaign_id, to_email, from_email, subject, provider, status, metadata, created_at, updated_at)
-             SELECT t.id, 'campaign', t.contact_id, $1, t.to_email, $2, $3, $4, 'sending', '{}', $5, $5
-               FROM unnest($6::text[], $7::text[], $8::text[]) AS t(id, contact_id, to_email)
-             ON CONFLICT (id) DO NOTHING`,
-      values: [c.id, ctx.fromAddress, c.subject, provider, toIso(now), items.map((m) => m.id), items.map((m) => m.contactId), items.map((m) => m.email)],
-    });
+    await insertSends(this.d.db, {
+      type: 'campaign',
+      campaignId: c.id,
+      fromEmail: ctx.fromAddress,
+      subject: c.subject,
+      provider,
+      rows: items.map((m) => ({ id: m.id, contactId: m.contactId, toEmail: m.email })),
+      onConflict: 'id',
+    }, now);
     return { items, last: members[members.length - 1]!.contact_id, done };
   }
 

@@ -1,5 +1,6 @@
 /** Operator-tunable policy of campaign sending (documented in docs/public-endpoints.md). */
 import type { QueueOptions } from '../../shared/queue/types.js';
+import type { SendStatus } from '../sends/status.js';
 
 export const FANOUT = {
   /** Members read, rendered and handed over per batch (one transaction records each batch). */
@@ -56,7 +57,8 @@ export function engagementScore(sends: number, opened: number, clicked: number):
  */
 export const RECIPIENT_STATES = ['queued', 'sent', 'delivered', 'bounced', 'suppressed', 'failed'] as const;
 export type RecipientState = (typeof RECIPIENT_STATES)[number];
-export const RECIPIENT_STATE_OF: Record<string, RecipientState> = {
+// Keyed by every send status: a new status cannot go without an operator word.
+export const RECIPIENT_STATE_OF: Record<SendStatus, RecipientState> = {
   sending: 'queued',
   accepted: 'sent',
   attempted: 'sent',

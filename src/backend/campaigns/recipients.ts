@@ -8,6 +8,7 @@ import type { Db } from '../../shared/db/pool.js';
 import { toIso } from '../../shared/clock.js';
 import { badInput } from '../../shared/errors.js';
 export { csvField } from '../../shared/csv.js';
+import type { SendStatus } from '../sends/status.js';
 import { RECIPIENT_STATE_OF, RECIPIENTS, type RecipientState } from './policy.js';
 
 export interface RecipientRecord {
@@ -24,7 +25,8 @@ interface Row {
   id: string;
   contact_id: string | null;
   to_email: string;
-  status: string;
+  // The database holds only these (CHECK email_sends_status_check).
+  status: SendStatus;
   error: string | null;
   updated_at: Date;
   detail: { bounce?: { type?: string; reason?: string; diagnostic?: string; status?: string }; suppression?: { reason?: string }; rejection?: { reason?: string }; complaint?: { feedbackType?: string | null }; delivery?: { smtpResponse?: string | null } } | null;
@@ -47,7 +49,7 @@ const LATEST = `
   ) f ON true`;
 
 function toRecord(r: Row): RecipientRecord {
-  const status = RECIPIENT_STATE_OF[r.status] ?? 'sent';
+  const status = RECIPIENT_STATE_OF[r.status];
   const d = r.detail ?? {};
   let reason: string | null = null;
   if (status === 'bounced' && d.bounce) reason = [d.bounce.type ? `${d.bounce.type} bounce` : null, d.bounce.reason].filter(Boolean).join(': ') || null;

@@ -6,18 +6,9 @@
 export const FEEDBACK_SOURCES = ['mta', 'ses', 'resend', 'mandrill', 'relay'] as const;
 export type FeedbackSource = (typeof FEEDBACK_SOURCES)[number];
 
-export const LIFECYCLE_STATUSES = [
-  'accepted',
-  'attempted',
-  'sent',
-  'delivered',
-  'bounced',
-  'complained',
-  'failed',
-  'rejected',
-  'suppressed',
-] as const;
-export type LifecycleStatus = (typeof LIFECYCLE_STATUSES)[number];
+// The statuses are the sends' (email_sends holds them); their one list is there.
+export { LIFECYCLE_STATUSES, type LifecycleStatus } from '../sends/status.js';
+import type { LifecycleStatus } from '../sends/status.js';
 
 /**
  * Closed, recipient-safe vocabulary of suppression reasons: words that may be shown to a

@@ -1,27 +1,11 @@
 /**
- * Feedback policy as data: how provider vocabularies map into ours, how statuses order,
- * which outcomes suppress an address and which emit customer events. Operators tune here.
+ * Feedback policy as data: how provider vocabularies map into ours, which outcomes suppress
+ * an address and which emit customer events. Operators tune here. How statuses order is the
+ * sends' (../sends/status.ts → STATUS_RANK).
  */
 import type { BounceReason } from '../../shared/mail/bounce/types.js';
 import type { WebhookEventName } from '../webhooks/catalog.js';
-import type { LifecycleStatus, SuppressionReason } from './lifecycle.js';
-
-/**
- * Order of a send's status. A status only replaces one of lower or equal rank, so late or
- * out-of-order feedback (a `sent` after `delivered`) never moves a send backwards, and a
- * complaint after delivery still shows.
- */
-export const STATUS_RANK: Record<LifecycleStatus, number> = {
-  accepted: 10,
-  attempted: 20,
-  sent: 30,
-  delivered: 40,
-  failed: 50,
-  rejected: 50,
-  suppressed: 50,
-  bounced: 50,
-  complained: 60,
-};
+import { LIFECYCLE_STATUSES, type LifecycleStatus, type SuppressionReason } from './lifecycle.js';
 
 /**
  * Customer webhook event emitted for a lifecycle status (others emit none). `sent` emits
@@ -100,15 +84,7 @@ export const MANDRILL_BOUNCE_DESCRIPTIONS: Record<string, BounceReason> = {
 };
 
 /** Statuses recorded in the contact's activity (accepted/attempted are provider plumbing). */
-export const ACTIVITY_STATUSES: ReadonlySet<LifecycleStatus> = new Set([
-  'sent',
-  'delivered',
-  'bounced',
-  'complained',
-  'failed',
-  'rejected',
-  'suppressed',
-]);
+export const ACTIVITY_STATUSES: ReadonlySet<LifecycleStatus> = new Set(LIFECYCLE_STATUSES.filter((s) => s !== 'accepted' && s !== 'attempted'));
 
 /**
  * Bytes of webhook bodies the backend receives at once, all inbound routes together

@@ -7,8 +7,15 @@
 import type { DbClient } from '../../shared/db/pool.js';
 import type { EmailRef } from '../webhooks/catalog.js';
 import { EMAIL_REF_COLUMNS, emailRef } from '../webhooks/email-events.js';
-import type { LifecycleEvent, LifecycleStatus } from '../feedback/lifecycle.js';
-import { STATUS_RANK } from '../feedback/policy.js';
+import { STATUS_RANK, type LifecycleStatus, type SendStatus } from './status.js';
+
+/** What a feedback event tells of the send it concerns (feedback/lifecycle.ts → LifecycleEvent has these). */
+export interface SendClue {
+  sendId: string | null;
+  providerMessageId: string | null;
+  recipient: string | null;
+  organizationId?: string | null;
+}
 
 export interface SendRef {
   id: string;
@@ -35,10 +42,10 @@ const SEND_COLUMNS = `${EMAIL_REF_COLUMNS}, provider_message_id, status`;
  * same sends cannot deadlock. Events naming the same send share one SendRef, so the batch
  * moves its status in event order.
  */
-export async function findSends(c: DbClient, events: LifecycleEvent[], organizationId?: string): Promise<(SendRef | null)[]> {
+export async function findSends(c: DbClient, events: SendClue[], organizationId?: string): Promise<(SendRef | null)[]> {
   const ids = new Set<string>();
   const providerIds = new Set<string>();
-  const foreign = (ev: LifecycleEvent) => organizationId !== undefined && ev.organizationId != null && ev.organizationId !== organizationId;
+  const foreign = (ev: SendClue) => organizationId !== undefined && ev.organizationId != null && ev.organizationId !== organizationId;
   for (const ev of events) {
     if (foreign(ev)) continue;
     if (ev.sendId) ids.add(ev.sendId);
@@ -82,7 +89,7 @@ export async function findSends(c: DbClient, events: LifecycleEvent[], organizat
  * never regresses it. True when the status changed; saveSendStatuses writes the results.
  */
 export function moveSendStatus(send: SendRef, status: LifecycleStatus): boolean {
-  const current = STATUS_RANK[send.status as LifecycleStatus] ?? 0;
+  const current = STATUS_RANK[send.status as SendStatus] ?? 0;
   if (send.status === status || STATUS_RANK[status] < current) return false;
   send.status = status;
   return true;

@@ -13,6 +13,7 @@ import { toIso } from '../../shared/clock.js';
 import { tx, type Db, type DbClient, type Queryable } from '../../shared/db/pool.js';
 import type { EventBus } from '../events.js';
 import { emailRefColumns, emailSentData, type EmailRefRow } from '../webhooks/email-events.js';
+import { INITIAL_SEND_STATUS } from './status.js';
 
 export interface HandOff {
   id: string;
@@ -45,9 +46,9 @@ export async function recordHandOffs(
         name: 'lm_sends_handed_over',
         text: `WITH t AS (SELECT * FROM unnest($1::text[], $3::text[], $4::text[]) AS t(id, pid, mid)),
                prior AS (SELECT e.id, e.provider_message_id FROM email_sends e JOIN t ON t.id = e.id
-                          WHERE e.status = 'sending' OR e.provider_message_id IS NULL ORDER BY e.id FOR UPDATE OF e)
+                          WHERE e.status = '${INITIAL_SEND_STATUS}' OR e.provider_message_id IS NULL ORDER BY e.id FOR UPDATE OF e)
                UPDATE email_sends e
-                  SET status = CASE WHEN e.status = 'sending' THEN 'accepted' ELSE e.status END,
+                  SET status = CASE WHEN e.status = '${INITIAL_SEND_STATUS}' THEN 'accepted' ELSE e.status END,
                       provider_message_id = coalesce(t.pid, e.id), message_id = coalesce(t.mid, e.message_id), updated_at = $2
                  FROM t, prior p WHERE e.id = t.id AND p.id = e.id
                RETURNING ${emailRefColumns('e')}, p.provider_message_id IS NULL AS first`,
@@ -67,7 +68,7 @@ export async function recordFailures(db: Queryable, items: { id: string; error: 
   await db.query({
     name: 'lm_sends_failed',
     text: `UPDATE email_sends e SET status = 'failed', error = t.err, updated_at = $2
-             FROM unnest($1::text[], $3::text[]) AS t(id, err) WHERE e.id = t.id AND e.status = 'sending'`,
+             FROM unnest($1::text[], $3::text[]) AS t(id, err) WHERE e.id = t.id AND e.status = '${INITIAL_SEND_STATUS}'`,
     values: [items.map((i) => i.id), toIso(at), items.map((i) => i.error.slice(0, 1000))],
   });
 }
@@ -78,7 +79,7 @@ export async function recordFailures(db: Queryable, items: { id: string; error: 
  */
 export async function retakeSend(db: Queryable, s: { id: string; status: string; updatedAt: Date; provider: string }, at: number): Promise<boolean> {
   const r = await db.query(
-    `UPDATE email_sends SET status = 'sending', error = NULL, provider = $3, updated_at = $4
+    `UPDATE email_sends SET status = '${INITIAL_SEND_STATUS}', error = NULL, provider = $3, updated_at = $4
       WHERE id = $1 AND status = $2 AND updated_at = $5`,
     [s.id, s.status, s.provider, new Date(at), s.updatedAt],
   );

@@ -19,6 +19,7 @@ import type { Logger } from '../../../shared/log.js';
 import { domainOf } from '../../../shared/mail/address.js';
 import type { EventBus } from '../../events.js';
 import { recordFailures, recordHandOffs, retakeSend } from '../../sends/handoff.js';
+import { INITIAL_SEND_STATUS, insertSends } from '../../sends/status.js';
 import { TRANSACTIONAL } from '../policy.js';
 import { ProviderError, type EmailProvider, type OutboundMessage } from './provider.js';
 import type { ProviderRouter, Stream } from './router.js';
@@ -85,16 +86,16 @@ export class SendService {
     // A message the provider could never take is a 400 before the row exists (no failed send left behind).
     provider.check?.(messageFor(id));
 
-    const inserted = await this.d.db.query<SendRow>(
-      `INSERT INTO email_sends (id, type, contact_id, campaign_id, to_email, from_email, subject, provider, status,
-                                idempotency_key, request_hash, metadata, created_at, updated_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'sending', $9, $10, $11, $12, $12)
-       ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-       RETURNING id, status, request_hash, updated_at`,
-      [id, req.type, req.contactId, req.campaignId ?? null, req.to, req.fromAddress, req.subject, provider.name,
-        req.idempotencyKey ?? null, req.requestHash ?? null, JSON.stringify(req.metadata ?? {}), new Date(now)],
-    );
-    if (!inserted.rows[0]) {
+    const inserted = await insertSends(this.d.db, {
+      type: req.type,
+      campaignId: req.campaignId ?? null,
+      fromEmail: req.fromAddress,
+      subject: req.subject,
+      provider: provider.name,
+      rows: [{ id, contactId: req.contactId, toEmail: req.to, metadata: req.metadata, idempotencyKey: req.idempotencyKey, requestHash: req.requestHash }],
+      onConflict: 'idempotency_key',
+    }, now);
+    if (!inserted[0]) {
       // The key was used before: replay, refuse, or take over a failed or abandoned attempt.
       const prior = await this.d.db.query<SendRow>(
         `SELECT id, status, request_hash, updated_at FROM email_sends WHERE type = $1 AND idempotency_key = $2`,
@@ -105,9 +106,9 @@ export class SendService {
       if (row.request_hash !== (req.requestHash ?? null)) {
         throw conflict('This Idempotency-Key was already used with a different request', 'idempotency_key_reused');
       }
-      const abandoned = row.status === 'sending' && now - row.updated_at.getTime() > TRANSACTIONAL.staleSendingMs;
+      const abandoned = row.status === INITIAL_SEND_STATUS && now - row.updated_at.getTime() > TRANSACTIONAL.staleSendingMs;
       if (row.status !== 'failed' && !abandoned) {
-        if (row.status === 'sending') {
+        if (row.status === INITIAL_SEND_STATUS) {
           throw conflict('A request with this Idempotency-Key is still being processed; retry shortly', 'idempotency_in_progress');
         }
         return { id: row.id, status: row.status, replayed: true };

@@ -5,12 +5,13 @@
  *    suppression?: { reason }, feedbackType?, metadata?: { sendId? } }`.
  * loaded and clicked are ignored: first-party tracking is authoritative.
  */
-import { FeedbackFormatError, type LifecycleEvent, type LifecycleStatus, type Translation } from '../lifecycle.js';
+import { FeedbackFormatError, LIFECYCLE_STATUSES, type LifecycleEvent, type LifecycleStatus, type Translation } from '../lifecycle.js';
 import { asObject, classifyBounce, mapSuppressionReason, optString, parseJson, reasonFromText, requireEmail } from './common.js';
 import { timeMs } from '../../../shared/clock.js';
 
 export const RELAY_MAX_EVENTS = 100;
-const ACTED: ReadonlySet<string> = new Set(['accepted', 'attempted', 'sent', 'delivered', 'bounced', 'complained', 'failed', 'rejected', 'suppressed']);
+// The relay's event names are the lifecycle's, all nine (docs/feedback.md).
+const ACTED: ReadonlySet<string> = new Set(LIFECYCLE_STATUSES);
 const IGNORED: ReadonlySet<string> = new Set(['loaded', 'clicked']);
 
 export function translateRelay(body: Buffer, nowMs: number): Translation {

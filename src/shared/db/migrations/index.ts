@@ -32,10 +32,12 @@ import { m074 } from './074_campaign_schedule.js';
 import { m075 } from './075_queue_payload_bytea.js';
 import { m076 } from './076_send_provenance_ids.js';
 import { m077 } from './077_provenance_breaker_epoch.js';
+import { m078 } from './078_send_status_check.js';
+import { m079 } from './079_send_status_validate.js';
 
 /**
  * Every migration, in order. Each module adds its own file and one line here. 001–061 were
  * numbered by area (docs/architecture.md, "The store"); a new one takes the next number above
  * the highest, whatever its area. Functions go in ../functions/, never here.
  */
-export const MIGRATIONS: Migration[] = [m001, m002, m003, m004, m005, m006, m007, m010, m011, m020, m021, m022, m023, m030, m040, m050, m060, m061, m062, m063, m064, m065, m066, m067, m068, m069, m070, m072, m073, m074, m075, m076, m077];
+export const MIGRATIONS: Migration[] = [m001, m002, m003, m004, m005, m006, m007, m010, m011, m020, m021, m022, m023, m030, m040, m050, m060, m061, m062, m063, m064, m065, m066, m067, m068, m069, m070, m072, m073, m074, m075, m076, m077, m078, m079];
