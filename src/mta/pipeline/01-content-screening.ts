@@ -20,22 +20,22 @@ function blockedHost(hosts: Iterable<string>, blocklist: ReadonlySet<string>): s
 
 const blank = (s: string | undefined | null) => s === undefined || s === null || s.trim() === '';
 
-/** The checks that need no network, in the spec's order. */
-export function screen(ctx: PipelineContext): PhaseResult {
+/** The checks that need no network, in the spec's order; `hosts` gives the job's link hosts (read once per job). */
+function screen(ctx: PipelineContext, hosts: () => Set<string>): PhaseResult {
   const { job, deps } = ctx;
   const st = deps.settings;
   if (blank(job.from)) return drop('screened', 'missing_from');
   if (isRawJob(job)) {
     // Submitted MIME: intake checked its From and size; the links are screened in its octets.
     if (job.dkimDomain.toLowerCase() !== domainOf(job.from)) return drop('screened', 'dkim_domain_mismatch');
-    if (st.urlBlocklist.size > 0 && blockedHost(jobLinkHosts(job), st.urlBlocklist)) return drop('screened', 'blocked_url');
+    if (st.urlBlocklist.size > 0 && blockedHost(hosts(), st.urlBlocklist)) return drop('screened', 'blocked_url');
     return CONTINUE;
   }
   if (blank(job.subject)) return drop('screened', 'missing_subject');
   if (job.dkimDomain.toLowerCase() !== domainOf(job.from)) return drop('screened', 'dkim_domain_mismatch');
   if (blank(job.html) && blank(job.text)) return drop('screened', 'empty_body');
   if (job.html && Buffer.byteLength(job.html) > st.contentMaxSizeKb * 1024) return drop('screened', 'html_too_large');
-  if (st.urlBlocklist.size > 0 && blockedHost(jobLinkHosts(job), st.urlBlocklist)) return drop('screened', 'blocked_url');
+  if (st.urlBlocklist.size > 0 && blockedHost(hosts(), st.urlBlocklist)) return drop('screened', 'blocked_url');
   return CONTINUE;
 }
 
@@ -51,15 +51,17 @@ export const contentScreening: Phase = {
   run(ctx) {
     const deps = ctx.deps;
     if (!deps.settings.contentScreeningEnabled) return CONTINUE;
-    const r = screen(ctx);
-    if (r.type !== 'continue') return r;
     const job = ctx.job;
+    let linked: Set<string> | undefined;
+    const hostsOnce = () => (linked ??= jobLinkHosts(job));
+    const r = screen(ctx, hostsOnce);
+    if (r.type !== 'continue') return r;
     const scorer = deps.scorer;
     const score = (): PhaseResult | Promise<PhaseResult> =>
       scorer ? scorer.score(job).then((s) => (s !== null && s > deps.settings.spamScorerThreshold ? drop('screened', 'spam_score') : CONTINUE)) : CONTINUE;
     const attachments = (): PhaseResult | Promise<PhaseResult> =>
       !isRawJob(job) || !deps.attachmentScanner ? score() : screenAttachments(deps.attachmentScanner, Buffer.from(job.raw, 'base64')).then((a) => (a.type === 'continue' ? score() : a));
-    const hosts = deps.uriBlocklist ? jobLinkHosts(job) : undefined;
+    const hosts = deps.uriBlocklist ? hostsOnce() : undefined;
     if (!hosts?.size) return attachments();
     return deps.uriBlocklist!.listed(hosts).then((hit) => (hit ? drop('screened', 'blocked_url') : attachments()));
   },
